@@ -1,0 +1,144 @@
+// abi.h: the plain-C contract between the Python side (mirage/mpk/runtime.py, ctypes)
+// and a compiled test_rank{R}.cu module. Every struct here has a ctypes twin in
+// mirage/mpk/abi.py; mpk_abi_sizes() lets Python refuse a module whose layout differs.
+// Bump MPK_ABI_VERSION whenever a struct or an entry point changes.
+#pragma once
+#include <stdint.h>
+
+#define MPK_ABI_VERSION 1
+#define MPK_MAX_DIMS 4
+#define MPK_MAX_TILES 8      // inputs + outputs of one task
+#define MPK_MAX_TRIGGERS 8   // DESIGN 4.3: more than this and the graph builder coarsens
+#define MPK_NUM_IPARAMS 4
+#define MPK_NUM_FPARAMS 2
+
+// Task types that are not layer tasks. Layer task types start at MPK_TASK_FIRST_LAYER.
+#define MPK_TASK_TERMINATE 0
+#define MPK_TASK_END_OF_TASK_GRAPH 1
+#define MPK_TASK_FIRST_LAYER 100
+
+// Event types (task_graph.json "event_type").
+#define MPK_EVENT_TERMINATION 0
+#define MPK_EVENT_LAUNCH_TASKS 1
+#define MPK_EVENT_END_OF_TASK_GRAPH 2
+
+// Status codes returned by mpk_launch.
+#define MPK_OK 0
+#define MPK_HANG 1               // watchdog fired; see mpk_snapshot
+#define MPK_NOTHING_SCHEDULED 2  // first prepare_next_batch scheduled no token
+#define MPK_INVALID 3            // bad config / arguments; see mpk_error_message
+#define MPK_INTERNAL 4
+
+// Worker states in a snapshot.
+#define MPK_WORKER_IDLE 0         // waiting for its queue
+#define MPK_WORKER_WAITING 1      // waiting on an event
+#define MPK_WORKER_RUNNING 2      // inside a task kernel (a heartbeat: never a hang)
+#define MPK_WORKER_DONE 3         // saw TERMINATE
+
+// One tensor tile of one task. The kernel receives base(tensor) + offset, pre-offset.
+typedef struct {
+    int32_t tensor;                   // index into the tensor pointer table passed to mpk_init
+    int32_t ndim;
+    int64_t offset;                   // bytes from the tensor's base pointer
+    int64_t dims[MPK_MAX_DIMS];       // tile extent, elements; unused dims are 1
+    int64_t strides[MPK_MAX_DIMS];    // elements; unused dims are 0
+} MpkTile;
+
+// One task. tasks[0] is TERMINATE; tasks[1..num_tasks-1] are layer tasks in
+// topological order (ids are positions in this array).
+typedef struct {
+    int32_t task_type;
+    int32_t variant;                  // case label in the generated dispatcher
+    int32_t num_inputs;
+    int32_t num_outputs;
+    int32_t dependent_event;          // event to wait on, -1 = none
+    int32_t num_triggers;
+    int32_t trigger_events[MPK_MAX_TRIGGERS];
+    int64_t iparams[MPK_NUM_IPARAMS]; // per-task metadata (request index, expert offset, ...)
+    double fparams[MPK_NUM_FPARAMS];  // layer scalars (rmsnorm eps, ...)
+    MpkTile tiles[MPK_MAX_TILES];     // inputs, then outputs
+} MpkTask;
+
+// One event. events[0] is TERMINATION (no triggers); events[num_events-1] is
+// END_OF_TASK_GRAPH, triggered by every leaf task.
+typedef struct {
+    int32_t event_type;
+    int32_t num_triggers;             // triggers per iteration
+    int32_t first_task_id;            // lowest waiter (or -1)
+    int32_t last_task_id;             // highest waiter (or -1)
+} MpkEvent;
+
+// Meta tensors (MPK_FACTS.md): host pointers on the CPU backend.
+typedef struct {
+    int64_t* tokens;                  // [total_num_requests, max_seq_length]
+    int32_t* step;                    // [total_num_requests]
+    int32_t* prompt_lengths;          // [total_num_requests]
+    int64_t* input_tokens;            // [max_num_batched_tokens]
+    int64_t* output_tokens;           // [max_num_batched_tokens]
+    int32_t* num_new_tokens;          // [1]
+    int32_t* qo_indptr_buffer;        // [max_num_batched_requests + 1]
+    int32_t* paged_kv_indptr_buffer;  // [max_num_batched_requests + 1]
+    int32_t* paged_kv_indices_buffer; // [max_num_pages]
+    int32_t* paged_kv_last_page_len_buffer; // [max_num_batched_requests]
+} MpkMeta;
+
+typedef struct {
+    int32_t abi_version;
+    int32_t num_workers;
+    int32_t num_local_schedulers;
+    int32_t num_tasks;                // entries in tasks[], TERMINATE included
+    int32_t num_events;               // entries in events[], TERMINATION and END included
+    int32_t num_tensors;
+    int32_t test_mode;                // 1: exactly one pass (DESIGN 6)
+    int32_t jitter;                   // 1: seeded schedule jitter (DESIGN 5)
+    uint64_t jitter_seed;
+    double watchdog_s;                // <= 0 disables the watchdog
+    int32_t max_seq_length;
+    int32_t max_num_batched_requests;
+    int32_t max_num_batched_tokens;
+    int32_t max_num_pages;
+    int32_t page_size;
+    int32_t total_num_requests;
+    int64_t eos_token_id;
+    int32_t mpi_rank;
+    int32_t world_size;
+} MpkConfig;
+
+// Per-worker state captured when a launch ends (always) or the watchdog fires.
+typedef struct {
+    int32_t worker;
+    int32_t state;                    // MPK_WORKER_*
+    int64_t task;                     // task position (index into tasks[]), -1 if none
+    int64_t iteration;
+    int32_t event;                    // event waited on, -1 if none
+    int32_t pad;
+    int64_t counter;                  // counter value seen
+    int64_t needed;                   // value the wait needs
+} MpkWorkerState;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+// Implemented in csrc/runtime/entry.h, compiled into every generated module.
+int mpk_abi_version(void);
+// sizeof MpkTile, MpkTask, MpkEvent, MpkMeta, MpkConfig, MpkWorkerState, in that order.
+int mpk_abi_sizes(int64_t* out, int n);
+// Copies everything it needs; returns NULL and fills err on invalid input.
+void* mpk_init(const MpkConfig* cfg, const MpkTask* tasks, const MpkEvent* events,
+               void* const* tensor_ptrs, const MpkMeta* meta, char* err, int err_len);
+// Runs init_kernel, then the persistent runtime until termination. Blocks. Returns MPK_*.
+int mpk_launch(void* handle);
+// Message of the last non-OK launch (NUL-terminated, truncated to n).
+int mpk_error_message(void* handle, char* buf, int n);
+// Fills up to n worker states from the last launch; returns the number of workers.
+int mpk_snapshot(void* handle, MpkWorkerState* out, int n);
+// Event counters after the last launch (num_events entries).
+int mpk_event_counters(void* handle, int64_t* out, int n);
+// Per task: the last iteration in which it completed (0 = never) (num_tasks entries).
+int mpk_task_progress(void* handle, int64_t* out, int n);
+// Iterations (graph passes) completed by the last launch.
+int64_t mpk_iterations(void* handle);
+void mpk_finalize(void* handle);
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,87 @@
+"""ctypes twins of csrc/runtime/abi.h. Keep field order and types identical."""
+from __future__ import annotations
+
+import ctypes as C
+
+ABI_VERSION = 1
+MAX_DIMS, MAX_TILES, MAX_TRIGGERS, NUM_IPARAMS, NUM_FPARAMS = 4, 8, 8, 4, 2
+TASK_TERMINATE, TASK_END_OF_TASK_GRAPH, TASK_FIRST_LAYER = 0, 1, 100
+EVENT_TYPES = {"termination": 0, "launch": 1, "end_of_task_graph": 2}
+OK, HANG, NOTHING_SCHEDULED, INVALID, INTERNAL = 0, 1, 2, 3, 4
+WORKER_STATES = {0: "idle", 1: "waiting", 2: "running", 3: "done"}
+
+
+class MpkTile(C.Structure):
+    _fields_ = [("tensor", C.c_int32), ("ndim", C.c_int32), ("offset", C.c_int64),
+                ("dims", C.c_int64 * MAX_DIMS), ("strides", C.c_int64 * MAX_DIMS)]
+
+
+class MpkTask(C.Structure):
+    _fields_ = [("task_type", C.c_int32), ("variant", C.c_int32), ("num_inputs", C.c_int32),
+                ("num_outputs", C.c_int32), ("dependent_event", C.c_int32), ("num_triggers", C.c_int32),
+                ("trigger_events", C.c_int32 * MAX_TRIGGERS), ("iparams", C.c_int64 * NUM_IPARAMS),
+                ("fparams", C.c_double * NUM_FPARAMS), ("tiles", MpkTile * MAX_TILES)]
+
+
+class MpkEvent(C.Structure):
+    _fields_ = [("event_type", C.c_int32), ("num_triggers", C.c_int32),
+                ("first_task_id", C.c_int32), ("last_task_id", C.c_int32)]
+
+
+META_FIELDS = ["tokens", "step", "prompt_lengths", "input_tokens", "output_tokens", "num_new_tokens",
+               "qo_indptr_buffer", "paged_kv_indptr_buffer", "paged_kv_indices_buffer",
+               "paged_kv_last_page_len_buffer"]
+
+
+class MpkMeta(C.Structure):
+    _fields_ = [(name, C.c_void_p) for name in META_FIELDS]
+
+
+class MpkConfig(C.Structure):
+    _fields_ = [("abi_version", C.c_int32), ("num_workers", C.c_int32),
+                ("num_local_schedulers", C.c_int32), ("num_tasks", C.c_int32), ("num_events", C.c_int32),
+                ("num_tensors", C.c_int32), ("test_mode", C.c_int32), ("jitter", C.c_int32),
+                ("jitter_seed", C.c_uint64), ("watchdog_s", C.c_double),
+                ("max_seq_length", C.c_int32), ("max_num_batched_requests", C.c_int32),
+                ("max_num_batched_tokens", C.c_int32), ("max_num_pages", C.c_int32),
+                ("page_size", C.c_int32), ("total_num_requests", C.c_int32),
+                ("eos_token_id", C.c_int64), ("mpi_rank", C.c_int32), ("world_size", C.c_int32)]
+
+
+class MpkWorkerState(C.Structure):
+    _fields_ = [("worker", C.c_int32), ("state", C.c_int32), ("task", C.c_int64),
+                ("iteration", C.c_int64), ("event", C.c_int32), ("pad", C.c_int32),
+                ("counter", C.c_int64), ("needed", C.c_int64)]
+
+
+STRUCTS = (MpkTile, MpkTask, MpkEvent, MpkMeta, MpkConfig, MpkWorkerState)
+
+
+def declare(lib: C.CDLL) -> None:
+    """Argument and result types of the module's entry points."""
+    P = C.c_void_p
+    lib.mpk_abi_version.restype = C.c_int
+    lib.mpk_abi_sizes.argtypes = [C.POINTER(C.c_int64), C.c_int]
+    lib.mpk_init.restype = P
+    lib.mpk_init.argtypes = [C.POINTER(MpkConfig), C.POINTER(MpkTask), C.POINTER(MpkEvent),
+                             C.POINTER(C.c_void_p), C.POINTER(MpkMeta), C.c_char_p, C.c_int]
+    lib.mpk_launch.argtypes = [P]
+    lib.mpk_error_message.argtypes = [P, C.c_char_p, C.c_int]
+    lib.mpk_snapshot.argtypes = [P, C.POINTER(MpkWorkerState), C.c_int]
+    lib.mpk_event_counters.argtypes = [P, C.POINTER(C.c_int64), C.c_int]
+    lib.mpk_task_progress.argtypes = [P, C.POINTER(C.c_int64), C.c_int]
+    lib.mpk_iterations.restype = C.c_int64
+    lib.mpk_iterations.argtypes = [P]
+    lib.mpk_finalize.argtypes = [P]
+    lib.mpk_finalize.restype = None
+
+
+def check_layout(lib: C.CDLL, path: str) -> None:
+    version = lib.mpk_abi_version()
+    sizes = (C.c_int64 * len(STRUCTS))()
+    lib.mpk_abi_sizes(sizes, len(STRUCTS))
+    want = [C.sizeof(s) for s in STRUCTS]
+    if version != ABI_VERSION or list(sizes) != want:
+        raise RuntimeError(f"module {path} has ABI {version} with struct sizes {list(sizes)}; this "
+                           f"mirage expects ABI {ABI_VERSION} with {want}. Clear the cache "
+                           f"(python -m mirage.mpk cache clear) and rebuild")

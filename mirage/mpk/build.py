@@ -1,0 +1,123 @@
+"""Compile a generated module through a content-hash cache (after Triton's cache).
+
+Key: sha256 of the generated source, every header under csrc/, the compiler's identity
+and version, and the flags. One directory per key; a build goes to a private temporary
+directory and is published with os.replace under a per-key file lock, so concurrent
+ranks compile once and no reader ever sees a partial .so.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+
+from filelock import FileLock
+
+from .errors import MPKCompileError
+
+log = logging.getLogger("mirage.mpk")
+
+CSRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "csrc")
+SANITIZERS = {"thread": ["-fsanitize=thread", "-g"], "address": ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"]}
+
+
+@dataclass
+class BuildResult:
+    path: str           # the shared object to load
+    key: str
+    hit: bool
+    seconds: float      # compile time on a miss, lookup time on a hit
+    command: list[str]
+
+
+def cache_dir() -> str:
+    return os.environ.get("MPK_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "mirage-mpk")
+
+
+def flags(backend: str, test_mode: bool, sanitize: str) -> list[str]:
+    if backend != "cpu":
+        raise NotImplementedError("the CUDA backend's build is not implemented yet; use CPU tensors")
+    f = ["-x", "c++", "-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-DMPK_BACKEND_CPU"]
+    if test_mode:
+        f.append("-DMPK_TEST_MODE")
+    if sanitize:
+        if sanitize not in SANITIZERS:
+            raise ValueError(f"MPK_SANITIZE={sanitize!r}: expected one of {sorted(SANITIZERS)} or empty")
+        f += SANITIZERS[sanitize]
+    return f
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_identity(compiler: str) -> str:
+    path = shutil.which(compiler)
+    if path is None:
+        raise FileNotFoundError(f"compiler '{compiler}' not found on PATH (set MPK_CXX to choose one)")
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout
+    return f"{os.path.realpath(path)}\n{out.strip()}"
+
+
+def _headers_digest() -> str:
+    h = hashlib.sha256()
+    for root, dirs, files in os.walk(CSRC):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith((".h", ".cuh")):
+                path = os.path.join(root, name)
+                h.update(os.path.relpath(path, CSRC).encode())
+                with open(path, "rb") as f:
+                    h.update(f.read())
+    return h.hexdigest()
+
+
+def cache_key(src: str, compiler: str, fl: list[str]) -> str:
+    h = hashlib.sha256()
+    for part in (src, _headers_digest(), compiler_identity(compiler), " ".join(fl)):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def compile_module(src: str, backend: str = "cpu", test_mode: bool = True, sanitize: str = "") -> BuildResult:
+    compiler = os.environ.get("MPK_CXX", "g++")
+    fl = flags(backend, test_mode, sanitize)
+    key = cache_key(src, compiler, fl)
+    root = cache_dir()
+    final = os.path.join(root, key)
+    so = os.path.join(final, "module.so")
+    os.makedirs(root, exist_ok=True)
+    t0 = time.perf_counter()
+    with FileLock(os.path.join(root, f"{key}.lock")):
+        if os.path.exists(so):
+            dt = time.perf_counter() - t0
+            log.info("cache hit %s (%s)", key[:16], so)
+            return BuildResult(so, key, True, dt, [])
+        log.info("compiling %s with %s (cache miss)", key[:16], compiler)
+        tmp = os.path.join(root, f"{key}.tmp.{os.getpid()}.{uuid.uuid4().hex}")
+        os.makedirs(tmp)
+        cu = os.path.join(tmp, "module.cu")
+        with open(cu, "w") as f:
+            f.write(src)
+        cmd = [compiler, *fl, "-I", CSRC, cu, "-o", os.path.join(tmp, "module.so")]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            kept = os.path.join(root, "failed", f"{key}.cu")
+            os.makedirs(os.path.dirname(kept), exist_ok=True)
+            shutil.copyfile(cu, kept)
+            shutil.rmtree(tmp, ignore_errors=True)
+            errors = "\n".join(line for line in proc.stderr.splitlines() if "error" in line)[:4000]
+            raise MPKCompileError(
+                f"compiling the generated module failed (exit {proc.returncode})\n"
+                f"command: {' '.join(cmd)}\nfirst errors:\n{errors or proc.stderr[:4000]}\n"
+                f"kept source: {kept}", cmd, errors or proc.stderr, kept)
+        if os.path.isdir(final):          # a stale directory without module.so
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        dt = time.perf_counter() - t0
+        log.info("compiled %s in %.2f s", key[:16], dt)
+        return BuildResult(so, key, False, dt, cmd)

@@ -1,0 +1,350 @@
+"""Layers -> tasks -> events (DESIGN 4), and the verifier that checks what will run.
+
+Dependencies are exact at tile level: a task depends on the earlier tasks whose writes
+overlap what it reads (read-after-write), and a writing task also on the earlier readers
+and writers of what it overwrites (write-after-read, write-after-write). Walking a tensor's
+history backwards stops at the first layer whose writes cover the whole tile: anything
+older is ordered before that layer already. Tasks with the same dependency set share an
+event; no DAG shape is rejected.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from itertools import product
+
+from .boxes import Box, BoxIndex, uncovered, volume
+from .errors import GraphError
+from .layers import AXES, NOT_SPLIT, Access, Layer
+from .tensor import FUSED, DTensor, map_fused_rows
+
+log = logging.getLogger("mirage.mpk")
+
+MAX_TRIGGERS = 8          # == MPK_MAX_TRIGGERS in csrc/runtime/abi.h
+TERMINATION_EVENT = 0
+
+
+@dataclass
+class Tile:
+    """What one task touches of one tensor: a box of a base (storage-owning) tensor."""
+    role: str
+    tensor: DTensor           # base tensor: attached, new, shuffled or meta (never fused)
+    box: Box
+    written: bool = False     # an output tile
+    declared: bool = False    # in the layer's declared written region (poison / unwritten checks)
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return tuple(h - l for l, h in zip(*self.box))
+
+    @property
+    def offset_bytes(self) -> int:
+        return sum(l * s for l, s in zip(self.box[0], self.tensor.strides)) * self.tensor.dtype.itemsize
+
+
+@dataclass
+class Task:
+    id: int
+    layer: Layer
+    coord: tuple[int, int, int]
+    inputs: list[Tile]
+    outputs: list[Tile]
+    deps: set[int] = field(default_factory=set)
+    event: int = -1                                  # event waited on, -1 = none
+    triggers: list[int] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.layer.name}{self.coord}"
+
+
+@dataclass
+class Event:
+    id: int
+    kind: str                     # "termination" | "launch" | "end_of_task_graph"
+    num_triggers: int
+    waiters: list[int]
+
+
+@dataclass
+class Graph:
+    layers: list[Layer]
+    tasks: list[Task | None]      # tasks[0] is TERMINATE (None)
+    events: list[Event]
+    coarsened: list[str] = field(default_factory=list)
+
+    @property
+    def end_event(self) -> int:
+        return len(self.events) - 1
+
+    def layer_tasks(self, layer: Layer) -> list[Task]:
+        return [t for t in self.tasks[1:] if t.layer is layer]
+
+    def triggers_of(self, event: int) -> list[int]:
+        return [t.id for t in self.tasks[1:] if event in t.triggers]
+
+
+# ---- tiles ---------------------------------------------------------------------------------
+
+def tile_of(access: Access, grid: tuple[int, int, int], coord: tuple[int, int, int],
+            written: bool) -> Tile:
+    """The one place a grid coordinate becomes a tile (fused views resolve to their source)."""
+    t = access.tensor
+    lo, hi = [0] * len(t.dims), list(t.dims)
+    for a, d in enumerate(access.pmap):
+        if d != NOT_SPLIT and grid[a] > 1:
+            size = t.dims[d] // grid[a]
+            lo[d], hi[d] = coord[a] * size, (coord[a] + 1) * size
+    if t.kind == FUSED:
+        src, first = map_fused_rows(t, lo[0], hi[0])
+        hi[0], lo[0], t = first + hi[0] - lo[0], first, src
+    return Tile(access.role, t, (tuple(lo), tuple(hi)), written, written and access.written)
+
+
+def grid_coords(grid: tuple[int, int, int]):
+    """x fastest, as CUDA linearizes blockIdx."""
+    for z, y, x in product(range(grid[2]), range(grid[1]), range(grid[0])):
+        yield (x, y, z)
+
+
+# ---- build ---------------------------------------------------------------------------------
+
+@dataclass
+class _Entry:
+    layer: int
+    write: bool
+    covering: bool            # a real write (dummy outputs order but do not overwrite)
+    index: BoxIndex
+
+
+def build(layers: list[Layer]) -> Graph:
+    if not layers:
+        raise GraphError("the kernel has no layers: add at least one *_layer before compile()")
+    tasks: list[Task | None] = [None]
+    history: dict[int, list[_Entry]] = {}      # base tensor id -> accesses, in program order
+    for li, layer in enumerate(layers):
+        mine = []
+        for coord in grid_coords(layer.grid):
+            ins = [tile_of(a, layer.grid, coord, False) for a in layer.inputs]
+            outs = [tile_of(a, layer.grid, coord, True) for a in layer.outputs]
+            task = Task(len(tasks), layer, coord, ins, outs)
+            for tile in ins + outs:
+                task.deps |= _dependencies(history.get(tile.tensor.id, []), tile)
+            tasks.append(task)
+            mine.append(task)
+        _record(history, li, layer, mine)
+    graph = Graph(layers, tasks, [])
+    _assign_events(graph)
+    return graph
+
+
+def _dependencies(entries: list[_Entry], tile: Tile) -> set[int]:
+    deps: set[int] = set()
+    for e in reversed(entries):
+        if not (e.write or tile.written):
+            continue                      # read after read: no order needed
+        hits = e.index.query(tile.box)
+        deps.update(tid for _, tid in hits)
+        if e.write and e.covering and sum(volume(b) for b, _ in hits) == volume(tile.box):
+            break                         # this layer overwrote the whole tile: older is ordered
+    return deps
+
+
+def _record(history: dict[int, list[_Entry]], li: int, layer: Layer, tasks: list[Task]) -> None:
+    groups: dict[tuple[int, bool, bool], list[tuple[Box, int]]] = {}
+    for task in tasks:
+        for tile in task.inputs + task.outputs:
+            covering = tile.written and tile.declared
+            groups.setdefault((tile.tensor.id, tile.written, covering), []).append((tile.box, task.id))
+    indexes = {key: BoxIndex(items) for key, items in groups.items()}
+    for (tid, write, covering), index in indexes.items():
+        if write and covering:
+            _check_disjoint(layer, tasks, index, tid)
+        if not write and (tid, True, True) in indexes:
+            _check_no_cross_task_rw(layer, tasks, index, indexes[(tid, True, True)])
+    # Reads are recorded before writes: within a task, reads happen first.
+    for (tid, write, covering), index in sorted(indexes.items(), key=lambda kv: kv[0][1]):
+        history.setdefault(tid, []).append(_Entry(li, write, covering, index))
+
+
+def _check_disjoint(layer: Layer, tasks: list[Task], index: BoxIndex, tensor_id: int) -> None:
+    for box, tid in index.items:
+        others = [o for _, o in index.query(box) if o != tid]
+        if others:
+            a, b = _label(tasks, tid), _label(tasks, others[0])
+            raise GraphError(f"layer '{layer.name}': tasks {a} and {b} write overlapping elements of "
+                             f"tensor #{tensor_id}; each output element must have one writer")
+
+
+def _check_no_cross_task_rw(layer: Layer, tasks: list[Task], reads: BoxIndex, writes: BoxIndex) -> None:
+    for box, tid in reads.items:
+        others = [o for _, o in writes.query(box) if o != tid]
+        if others:
+            raise GraphError(f"layer '{layer.name}': task {_label(tasks, tid)} reads elements that task "
+                             f"{_label(tasks, others[0])} of the same layer writes (a race); split the "
+                             f"layer in two or use another output tensor")
+
+
+def _label(tasks: list[Task], tid: int) -> str:
+    first = tasks[0].id
+    return str(tasks[tid - first].coord)
+
+
+# ---- events --------------------------------------------------------------------------------
+
+def _assign_events(graph: Graph) -> None:
+    """Tasks with equal dependency sets share an event; coarsen over the trigger cap."""
+    tasks = graph.tasks
+    while True:
+        fan_out: dict[int, set[frozenset]] = {}
+        for t in tasks[1:]:
+            if t.deps:
+                key = frozenset(t.deps)
+                for p in t.deps:
+                    fan_out.setdefault(p, set()).add(key)
+        worst = max(fan_out, key=lambda p: len(fan_out[p]), default=None)
+        if worst is None or len(fan_out[worst]) <= MAX_TRIGGERS:
+            break
+        _coarsen(graph, worst, fan_out[worst])
+
+    groups: dict[frozenset, list[int]] = {}
+    for t in tasks[1:]:
+        if t.deps:
+            groups.setdefault(frozenset(t.deps), []).append(t.id)
+    events = [Event(TERMINATION_EVENT, "termination", 0, [])]
+    for key, waiters in sorted(groups.items(), key=lambda kv: kv[1][0]):
+        ev = Event(len(events), "launch", len(key), waiters)
+        events.append(ev)
+        for w in waiters:
+            tasks[w].event = ev.id
+        for p in sorted(key):
+            tasks[p].triggers.append(ev.id)
+    leaves = [t for t in tasks[1:] if not t.triggers]
+    end = Event(len(events), "end_of_task_graph", len(leaves), [])
+    events.append(end)
+    for t in leaves:
+        t.triggers.append(end.id)
+    graph.events = events
+
+
+def _coarsen(graph: Graph, producer: int, keys: set[frozenset]) -> None:
+    """Give the consumer layer that adds most events to `producer` one barrier event."""
+    by_layer: dict[str, set[frozenset]] = {}
+    for t in graph.tasks[1:]:
+        if t.deps and frozenset(t.deps) in keys:
+            by_layer.setdefault(t.layer.name, set()).add(frozenset(t.deps))
+    name = max(by_layer, key=lambda n: len(by_layer[n]))
+    if len(by_layer[name]) == 1:
+        p = graph.tasks[producer]
+        raise GraphError(f"task {p.label} would trigger {len(keys)} events (cap {MAX_TRIGGERS}) even "
+                         f"with one barrier per consumer layer; split its consumers differently")
+    members = [t for t in graph.tasks[1:] if t.layer.name == name]
+    union = set().union(*(t.deps for t in members))
+    for t in members:
+        t.deps = set(union)
+    graph.coarsened.append(name)
+    log.info("layer '%s': %d dependency sets would make task %s trigger more than %d events; "
+             "coarsened to one barrier event over %d tasks", name, len(by_layer[name]),
+             graph.tasks[producer].label, MAX_TRIGGERS, len(union))
+
+
+# ---- verifier ------------------------------------------------------------------------------
+
+def verify(graph: Graph) -> None:
+    """Check the graph that will run (events and triggers, not the builder's deps)."""
+    tasks, events = graph.tasks[1:], graph.events
+    n_events = len(events)
+    if n_events < 2 or events[0].kind != "termination" or events[-1].kind != "end_of_task_graph":
+        raise GraphError("events must start with TERMINATION and end with END_OF_TASK_GRAPH")
+    triggered: dict[int, list[Task]] = {e: [] for e in range(n_events)}
+    for t in tasks:
+        if not -1 <= t.event < n_events or t.event in (TERMINATION_EVENT, n_events - 1):
+            raise GraphError(f"task {t.label} waits on event {t.event}, which no task may wait on")
+        if len(t.triggers) > MAX_TRIGGERS or len(set(t.triggers)) != len(t.triggers):
+            raise GraphError(f"task {t.label} has triggers {t.triggers}: at most {MAX_TRIGGERS}, distinct")
+        for e in t.triggers:
+            if not 0 < e < n_events:
+                raise GraphError(f"task {t.label} triggers event {e}, out of range 1..{n_events - 1}")
+            triggered[e].append(t)
+    for e in events[1:]:
+        got = triggered[e.id]
+        if len(got) != e.num_triggers:
+            names = ", ".join(t.label for t in got[:6])
+            raise GraphError(f"event {e.id} ({e.kind}) has num_triggers={e.num_triggers} but "
+                             f"{len(got)} tasks trigger it: {names}")
+    leaves = [t for t in tasks if not any(e != n_events - 1 for e in t.triggers)]
+    for t in leaves:
+        if n_events - 1 not in t.triggers:
+            raise GraphError(f"task {t.label} triggers nothing: a leaf must trigger END_OF_TASK_GRAPH")
+    deps = {t.id: {p.id for p in triggered[t.event]} if t.event > 0 else set() for t in tasks}
+    _check_acyclic(graph, deps)
+    for t in tasks:
+        for p in deps[t.id]:
+            if p >= t.id:
+                raise GraphError(f"event {t.event}: trigger task {graph.tasks[p].label} (id {p}) does not "
+                                 f"come before waiter {t.label} (id {t.id}); ids must be topological")
+    _check_reads_covered(graph, deps)
+
+
+def _check_acyclic(graph: Graph, deps: dict[int, set[int]]) -> None:
+    state: dict[int, int] = {}          # 1 = on the stack, 2 = done
+    for root in deps:
+        if state.get(root):
+            continue
+        stack, path = [(root, iter(deps[root]))], [root]
+        state[root] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+            elif state.get(nxt) == 1:
+                cyc = path[path.index(nxt):] + [nxt]
+                raise GraphError("cycle in the task graph: " +
+                                 " -> ".join(graph.tasks[i].label for i in reversed(cyc)))
+            elif not state.get(nxt):
+                state[nxt] = 1
+                stack.append((nxt, iter(deps.get(nxt, ()))))
+                path.append(nxt)
+
+
+def _check_reads_covered(graph: Graph, deps: dict[int, set[int]]) -> None:
+    """Every element a task reads that an earlier layer wrote is written by a dependency."""
+    writes: dict[int, list[tuple[int, Box, int]]] = {}   # tensor id -> (layer idx, box, task)
+    layer_idx = {id(layer): i for i, layer in enumerate(graph.layers)}
+    for t in graph.tasks[1:]:
+        for tile in t.outputs:
+            if tile.declared:
+                writes.setdefault(tile.tensor.id, []).append((layer_idx[id(t.layer)], tile.box, t.id))
+    indexes: dict[tuple[int, int], BoxIndex] = {}
+    for tid, items in writes.items():
+        per_layer: dict[int, list] = {}
+        for li, box, task in items:
+            per_layer.setdefault(li, []).append((box, task))
+        for li, its in per_layer.items():
+            indexes[(tid, li)] = BoxIndex(its)
+    by_tensor: dict[int, list[int]] = {}
+    for tid, li in indexes:
+        by_tensor.setdefault(tid, []).append(li)
+    for t in graph.tasks[1:]:
+        me = layer_idx[id(t.layer)]
+        for tile in t.inputs:
+            hits = [h for li in by_tensor.get(tile.tensor.id, []) if li < me
+                    for h in indexes[(tile.tensor.id, li)].query(tile.box)]
+            missing = [b for b, p in hits if p not in deps[t.id]]
+            if not missing:
+                continue
+            cover = [b for b, p in hits if p in deps[t.id]]
+            cell = uncovered(missing, cover, tile.box)
+            if cell is not None:
+                writer = next(p for b, p in hits if p not in deps[t.id])
+                raise GraphError(
+                    f"task {t.label} reads '{tile.tensor.name}' elements {cell[0]}..{cell[1]} written by "
+                    f"task {graph.tasks[writer].label}, but its event {t.event} does not wait for a "
+                    f"writer of them (missing dependency)")
+
+
+def describe_axes(grid: tuple[int, int, int]) -> str:
+    return "x".join(f"{AXES[a]}{g}" for a, g in enumerate(grid) if g > 1) or "1"

@@ -1,0 +1,132 @@
+"""Layer modules: one per layer, found by name (`pk.<stem>_layer` -> `layers/<stem>.py`).
+
+A layer module checks shapes, states its partition map and returns a `Layer`; it never
+compiles or runs anything. The helpers below are the shared vocabulary of those checks.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..dtypes import DType
+from ..tensor import FUSED, DTensor
+
+NOT_SPLIT = -1
+AXES = "xyz"
+# Non-vacuity checks a layer may declare for its outputs (mirage.mpk.testing runs them).
+FINITE, NONZERO, DIFFERS_FROM_INPUT = "finite", "nonzero", "differs_from_input"
+DEFAULT_CHECKS = (FINITE, NONZERO, DIFFERS_FROM_INPUT)
+
+
+@dataclass
+class Access:
+    """One tensor of a layer: `pmap[a]` is the tensor dim that grid axis a splits (-1: none)."""
+    role: str
+    tensor: DTensor
+    pmap: tuple[int, int, int] = (NOT_SPLIT, NOT_SPLIT, NOT_SPLIT)
+    written: bool = True      # outputs only: False for dummy outputs a task never touches
+
+
+@dataclass
+class Layer:
+    name: str                 # unique in its kernel, e.g. "rmsnorm_0"
+    kind: str                 # module stem == C++ task file stem == test folder
+    grid: tuple[int, int, int]
+    inputs: list[Access]
+    outputs: list[Access]
+    template: tuple[DType, ...]     # C++ template arguments of the task kernel
+    fparams: tuple[float, ...] = ()
+    iparams: tuple[int, ...] = ()
+    checks: tuple[str, ...] = DEFAULT_CHECKS
+    params: dict = field(default_factory=dict)   # for references and reports (eps, ...)
+
+    @property
+    def cpp_function(self) -> str:
+        return f"mpk::{self.kind}_task<{', '.join(d.cpp for d in self.template)}>"
+
+    @property
+    def num_tasks(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+
+def find_layer(method: str) -> Callable[..., Layer]:
+    """`rmsnorm_layer` -> mirage.mpk.layers.rmsnorm.rmsnorm_layer, or AttributeError."""
+    stem = method[: -len("_layer")]
+    try:
+        module = importlib.import_module(f"{__name__}.{stem}")
+    except ModuleNotFoundError:
+        raise AttributeError(f"PersistentKernel has no layer '{method}' "
+                             f"(no module mirage/mpk/layers/{stem}.py)") from None
+    return getattr(module, method)
+
+
+# ---- checks shared by the layer modules --------------------------------------------------
+
+def check_tensor(layer: str, role: str, t: object, *, ndim: int | None = None,
+                 dims: tuple | None = None, dtype: DType | tuple[DType, ...] | None = None) -> DTensor:
+    if not isinstance(t, DTensor):
+        raise TypeError(f"layer '{layer}': '{role}' must be a DTensor from attach_input/new_tensor, "
+                        f"got {type(t).__name__}")
+    if ndim is not None and len(t.dims) != ndim:
+        raise ValueError(f"layer '{layer}': tensor '{t.name}' ({role}) must be {ndim}-D, "
+                         f"got shape {t.dims}")
+    if dims is not None:
+        for d, (want, got) in enumerate(zip(dims, t.dims)):
+            if want is not None and want != got:
+                raise ValueError(f"layer '{layer}': tensor '{t.name}' ({role}) dim {d} is {got}, "
+                                 f"expected {want} (shape {t.dims}, expected "
+                                 f"{tuple('*' if w is None else w for w in dims)})")
+    if dtype is not None:
+        allowed = dtype if isinstance(dtype, tuple) else (dtype,)
+        if t.dtype not in allowed:
+            raise ValueError(f"layer '{layer}': tensor '{t.name}' ({role}) has dtype {t.dtype.name}, "
+                             f"expected {' or '.join(d.name for d in allowed)}")
+    return t
+
+
+def check_grid(layer: str, grid_dim: object, block_dim: object) -> tuple[int, int, int]:
+    """grid_dim: 1-3 positive ints. block_dim is validated but kernels pick their threads."""
+    grid = _dim3(layer, "grid_dim", grid_dim)
+    block = _dim3(layer, "block_dim", block_dim)
+    if block[0] * block[1] * block[2] > 1024:
+        raise ValueError(f"layer '{layer}': block_dim {block} has more than 1024 threads")
+    return grid
+
+
+def _dim3(layer: str, what: str, v: object) -> tuple[int, int, int]:
+    t = tuple(v) if isinstance(v, (tuple, list)) else (v,)
+    if not 1 <= len(t) <= 3 or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1
+                                       for x in t):
+        raise ValueError(f"layer '{layer}': {what} must be 1 to 3 positive ints, got {v!r}")
+    return tuple(t) + (1,) * (3 - len(t))
+
+
+def check_splits(layer: str, grid: tuple[int, int, int], inputs: list[Access],
+                 outputs: list[Access]) -> None:
+    """Every split divides its dim; every grid axis > 1 splits every written output."""
+    for acc in inputs + outputs:
+        t = acc.tensor
+        used = [d for d in acc.pmap if d != NOT_SPLIT]
+        if len(used) != len(set(used)):
+            raise ValueError(f"layer '{layer}': two grid axes split the same dim of '{t.name}'")
+        for a, d in enumerate(acc.pmap):
+            if d == NOT_SPLIT or grid[a] == 1:
+                continue
+            if t.dims[d] % grid[a]:
+                ok = [g for g in range(1, t.dims[d] + 1) if t.dims[d] % g == 0]
+                shown = ", ".join(map(str, ok[:12])) + (", ..." if len(ok) > 12 else "")
+                raise ValueError(
+                    f"layer '{layer}': tensor '{t.name}' ({acc.role}) dim {d} ({t.dims[d]}) is not "
+                    f"divisible by grid_dim.{AXES[a]}={grid[a]}; grid sizes that divide {t.dims[d]}: "
+                    f"{shown}")
+            if t.kind == FUSED and d != 0:
+                raise ValueError(f"layer '{layer}': fused tensor '{t.name}' can only be split on dim 0")
+    for acc in outputs:
+        if not acc.written:
+            continue
+        for a in range(3):
+            if grid[a] > 1 and acc.pmap[a] == NOT_SPLIT:
+                raise ValueError(
+                    f"layer '{layer}': grid_dim.{AXES[a]}={grid[a]} does not split output "
+                    f"'{acc.tensor.name}'; its {grid[a]} tasks would write the same elements")

@@ -1,0 +1,22 @@
+"""elementwise_add_layer: out = a + b in fp32; grid.x splits rows, grid.y splits columns.
+
+input_a, input_b, output: same shape [B, H]. Kernel: csrc/tasks/cpu/elementwise_add.h.
+"""
+from __future__ import annotations
+
+from . import Layer, check_grid, check_splits, check_tensor
+from ._elementwise import tiled_2d
+from ..dtypes import bfloat16, float16, float32
+
+FLOATS = (bfloat16, float16, float32)
+
+
+def elementwise_add_layer(pk, name: str, *, input_a, input_b, output, grid_dim, block_dim) -> Layer:
+    grid = check_grid(name, grid_dim, block_dim)
+    a = check_tensor(name, "input_a", input_a, ndim=2, dtype=FLOATS)
+    b = check_tensor(name, "input_b", input_b, dims=a.dims, dtype=a.dtype)
+    y = check_tensor(name, "output", output, dims=a.dims, dtype=a.dtype)
+    inputs = [tiled_2d("input_a", a), tiled_2d("input_b", b)]
+    outputs = [tiled_2d("output", y)]
+    check_splits(name, grid, inputs, outputs)
+    return Layer(name, "elementwise_add", grid, inputs, outputs, (a.dtype,))

@@ -1,0 +1,37 @@
+"""linear_layer: y = x @ W^T with fp32 accumulation; grid.x splits N, grid.y splits rows.
+
+input [B, K], weight [N, K] -> output [B, N]. Kernel: csrc/tasks/cpu/linear.h.
+"""
+from __future__ import annotations
+
+from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
+from ..dtypes import bfloat16, float16, float32
+
+FLOATS = (bfloat16, float16, float32)
+
+
+def linear_accesses(name: str, grid, input, weight, output, extra=()) -> tuple[list, list]:
+    """Shape rules shared with linear_with_residual_layer."""
+    x = check_tensor(name, "input", input, ndim=2, dtype=FLOATS)
+    batch, k = x.dims
+    w = check_tensor(name, "weight", weight, ndim=2, dtype=x.dtype)
+    if w.dims[1] != k:
+        raise ValueError(f"layer '{name}': weight '{w.name}' is {w.dims} but input '{x.name}' is "
+                         f"{x.dims}: weight must be [out_features, {k}]")
+    n = w.dims[0]
+    y = check_tensor(name, "output", output, dims=(batch, n), dtype=x.dtype)
+    if grid[2] != 1:
+        raise ValueError(f"layer '{name}': grid_dim.z must be 1, got {grid}")
+    inputs = [Access("input", x, (NOT_SPLIT, 0, NOT_SPLIT)), Access("weight", w, (0, NOT_SPLIT, NOT_SPLIT))]
+    for role, t in extra:
+        check_tensor(name, role, t, dims=(batch, n), dtype=x.dtype)
+        inputs.append(Access(role, t, (1, 0, NOT_SPLIT)))
+    outputs = [Access("output", y, (1, 0, NOT_SPLIT))]
+    check_splits(name, grid, inputs, outputs)
+    return inputs, outputs
+
+
+def linear_layer(pk, name: str, *, input, weight, output, grid_dim, block_dim) -> Layer:
+    grid = check_grid(name, grid_dim, block_dim)
+    inputs, outputs = linear_accesses(name, grid, input, weight, output)
+    return Layer(name, "linear", grid, inputs, outputs, (inputs[0].tensor.dtype,))

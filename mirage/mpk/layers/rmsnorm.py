@@ -1,0 +1,29 @@
+"""rmsnorm_layer: y = x * rsqrt(mean(x^2) + eps) * w, fp32 math; grid.x splits rows.
+
+input [B, H], weight [H] -> output [B, H]. Kernel: csrc/tasks/cpu/rmsnorm.h.
+"""
+from __future__ import annotations
+
+from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
+from ..dtypes import bfloat16, float16, float32
+
+FLOATS = (bfloat16, float16, float32)
+
+
+def rmsnorm_layer(pk, name: str, *, input, weight, output, grid_dim, block_dim, eps: float = 1e-6) -> Layer:
+    grid = check_grid(name, grid_dim, block_dim)
+    x = check_tensor(name, "input", input, ndim=2, dtype=FLOATS)
+    batch, hidden = x.dims
+    w = check_tensor(name, "weight", weight, dims=(hidden,), dtype=x.dtype)
+    y = check_tensor(name, "output", output, dims=(batch, hidden), dtype=x.dtype)
+    if grid[1] != 1 or grid[2] != 1:
+        raise ValueError(f"layer '{name}': rmsnorm reduces over the hidden dim, so grid_dim must be "
+                         f"(rows_split, 1, 1); got {grid}")
+    if not (isinstance(eps, (int, float)) and eps > 0):
+        raise ValueError(f"layer '{name}': eps must be a positive number, got {eps!r}")
+    rows = (0, NOT_SPLIT, NOT_SPLIT)
+    inputs = [Access("input", x, rows), Access("weight", w)]
+    outputs = [Access("output", y, rows)]
+    check_splits(name, grid, inputs, outputs)
+    return Layer(name, "rmsnorm", grid, inputs, outputs, (x.dtype,), fparams=(float(eps),),
+                 params={"eps": float(eps)})

@@ -1,0 +1,333 @@
+"""PersistentKernel: MPK's public API. It holds state and delegates; layers live in layers/."""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+import torch
+
+from . import build as build_mod
+from . import codegen, graph as graph_mod, written
+from .dtypes import DType, bfloat16, to_dtype
+from .errors import MPKRuntimeError
+from .layers import find_layer
+from .meta import build_meta
+from .runtime import Runtime
+from .tensor import ATTACHED, FUSED, NEW, SHUFFLED, DTensor, check_name, row_major_strides, shuffle_into
+
+log = logging.getLogger("mirage.mpk")
+
+_MPK_DEFAULTS = dict(mode="offline", world_size=1, mpi_rank=0, num_workers=1, num_local_schedulers=4,
+                     num_remote_schedulers=0, max_seq_length=1, max_num_batched_requests=1,
+                     max_num_batched_tokens=1, max_num_pages=1, page_size=1, meta_tensors={},
+                     profiler_tensor=None, trace_name="test_trace", spec_decode_config=None,
+                     use_cutlass_kernel=False, eos_token_id=-1)
+_POSITIVE = ("num_workers", "num_local_schedulers", "max_seq_length", "max_num_batched_requests",
+             "max_num_batched_tokens", "max_num_pages", "page_size", "world_size")
+_BACKENDS = ("auto", "cpu", "cuda")
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    try:
+        return float(raw) if raw not in (None, "") else default
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+
+
+class PersistentKernel:
+    """Build a task graph from layers, compile it once, run it (exactly one pass in test mode)."""
+
+    @classmethod
+    def get_default_init_parameters(cls) -> dict:
+        """MPK's constructor defaults, a fresh dict each call (test_mode is not among them)."""
+        d = dict(_MPK_DEFAULTS)
+        d["meta_tensors"] = {}
+        return d
+
+    def __init__(self, mode: str = "offline", world_size: int = 1, mpi_rank: int = 0, num_workers: int = 1,
+                 num_local_schedulers: int = 4, num_remote_schedulers: int = 0, max_seq_length: int = 1,
+                 max_num_batched_requests: int = 1, max_num_batched_tokens: int = 1, max_num_pages: int = 1,
+                 page_size: int = 1, meta_tensors: dict | None = None, profiler_tensor=None,
+                 trace_name: str = "test_trace", spec_decode_config=None, use_cutlass_kernel: bool = False,
+                 eos_token_id: int = -1, test_mode: bool = False, *, backend: str = "auto",
+                 watchdog_s: float | None = None, schedule_jitter: int | None = None):
+        self.params = dict(mode=mode, world_size=world_size, mpi_rank=mpi_rank, num_workers=num_workers,
+                           num_local_schedulers=num_local_schedulers,
+                           num_remote_schedulers=num_remote_schedulers, max_seq_length=max_seq_length,
+                           max_num_batched_requests=max_num_batched_requests,
+                           max_num_batched_tokens=max_num_batched_tokens, max_num_pages=max_num_pages,
+                           page_size=page_size, eos_token_id=eos_token_id)
+        for key in _POSITIVE:
+            v = self.params[key]
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"PersistentKernel: {key} must be a positive int, got {v!r}")
+        if mode != "offline":
+            raise ValueError(f"PersistentKernel: mode {mode!r} is not supported; use 'offline'")
+        if world_size > 1:
+            raise ValueError(f"PersistentKernel: world_size={world_size} needs multi-rank support "
+                             f"(MPI), which this version does not have yet; use world_size=1")
+        if not 0 <= mpi_rank < world_size:
+            raise ValueError(f"PersistentKernel: mpi_rank={mpi_rank} is outside 0..{world_size - 1}")
+        if backend not in _BACKENDS:
+            raise ValueError(f"PersistentKernel: backend={backend!r}; expected one of {_BACKENDS}")
+        if profiler_tensor is not None:
+            raise ValueError("PersistentKernel: profiler_tensor is not supported yet (see the profiler issue)")
+        self.world_size, self.mpi_rank = world_size, mpi_rank
+        self.test_mode = bool(test_mode)
+        self.backend = backend
+        self.trace_name = trace_name
+        self.watchdog_s = float(watchdog_s) if watchdog_s is not None else _env_float("MPK_WATCHDOG_S", 30.0)
+        env_jitter = os.environ.get("MPK_SCHEDULE_JITTER", "")
+        if schedule_jitter is None and env_jitter != "":
+            schedule_jitter = int(env_jitter)
+        self.schedule_jitter = schedule_jitter
+        self.sanitize = os.environ.get("MPK_SANITIZE", "")
+        self._given_meta = dict(meta_tensors or {})
+        self.meta_tensors: dict[str, torch.Tensor] = {}
+        self.tensors: dict[str, DTensor] = {}
+        self.layers: list = []
+        self.device: torch.device | None = None
+        self.graph = None
+        self.build = None
+        self.output_files: tuple[str, str] | None = None
+        self._runtime: Runtime | None = None
+        self._finalized = False
+
+    # ---- tensors ---------------------------------------------------------------------------
+
+    def _check_open(self, what: str) -> None:
+        if self.graph is not None:
+            raise RuntimeError(f"{what} after compile(): the graph is frozen; build a new PersistentKernel")
+
+    def _table(self) -> list[DTensor]:
+        return [t for t in self.tensors.values() if t.id >= 0]
+
+    def _add(self, t: DTensor) -> DTensor:
+        if t.kind != FUSED:
+            t.id = len(self._table())
+        self.tensors[t.name] = t
+        return t
+
+    def _claim_device(self, device: torch.device, what: str) -> None:
+        want = {"cpu": "cpu", "cuda": "cuda"}.get(self.backend)
+        if want and device.type != want:
+            raise ValueError(f"{what} is on {device} but backend={self.backend!r}; move it to {want}")
+        if self.device is None:
+            self.device = device
+        elif device != self.device:
+            raise ValueError(f"{what} is on {device} but earlier tensors are on {self.device}; "
+                             f"all tensors of one kernel must share a device")
+
+    def attach_input(self, torch_tensor: torch.Tensor, name: str | None = None) -> DTensor:
+        """Register a torch tensor (input, weight or output); outputs are written in place."""
+        self._check_open("attach_input")
+        if not isinstance(torch_tensor, torch.Tensor):
+            raise TypeError(f"attach_input: expected a torch.Tensor for '{name}', got {type(torch_tensor).__name__}")
+        name = check_name(name, self.tensors)
+        dtype = to_dtype(torch_tensor.dtype)
+        if not torch_tensor.is_contiguous():
+            raise ValueError(f"attach_input: tensor '{name}' (shape {tuple(torch_tensor.shape)}, strides "
+                             f"{torch_tensor.stride()}) is not contiguous; pass .contiguous()")
+        if torch_tensor.dim() == 0:
+            raise ValueError(f"attach_input: tensor '{name}' is 0-D; attach at least 1-D tensors")
+        self._claim_device(torch_tensor.device, f"tensor '{name}'")
+        lo = torch_tensor.data_ptr()
+        hi = lo + torch_tensor.numel() * torch_tensor.element_size()
+        for other in self._table():
+            if other.kind == ATTACHED:
+                olo = other.data.data_ptr()
+                ohi = olo + other.data.numel() * other.data.element_size()
+                if lo < ohi and olo < hi:
+                    raise ValueError(f"attach_input: tensor '{name}' shares memory with '{other.name}'; "
+                                     f"attach the base tensor once (dependencies are tracked per tensor)")
+        return self._add(DTensor(name, tuple(torch_tensor.shape), tuple(torch_tensor.stride()), dtype,
+                                 ATTACHED, data=torch_tensor))
+
+    def new_tensor(self, dims, strides=None, dtype: DType = bfloat16, name: str | None = None,
+                   io_category: str = "cuda_tensor") -> DTensor:
+        """A tensor the runtime allocates (read it after a run with get_tensor)."""
+        self._check_open("new_tensor")
+        name = check_name(name if name is not None else f"tensor_{len(self.tensors)}", self.tensors)
+        dims = tuple(int(d) for d in dims)
+        if not dims or any(d < 1 for d in dims):
+            raise ValueError(f"new_tensor '{name}': dims must be positive, got {dims}")
+        if strides is not None and tuple(strides) != row_major_strides(dims):
+            raise ValueError(f"new_tensor '{name}': strides {tuple(strides)} are not row-major "
+                             f"{row_major_strides(dims)}; only row-major tensors are supported")
+        if io_category not in ("cuda_tensor", "cpu_tensor"):
+            raise ValueError(f"new_tensor '{name}': io_category {io_category!r} is not supported yet "
+                             f"(symmetric 'nvshmem_tensor' comes with multi-rank support)")
+        return self._add(DTensor(name, dims, row_major_strides(dims), to_dtype(dtype), NEW))
+
+    def _view_inputs(self, what: str, inputs, dim: int, num_groups: int) -> list[DTensor]:
+        if dim != 0:
+            raise ValueError(f"{what}: only dim 0 is supported, got {dim}")
+        inputs = list(inputs)
+        if not inputs or not all(isinstance(t, DTensor) and t.kind != FUSED for t in inputs):
+            raise TypeError(f"{what}: inputs must be a non-empty list of attached/new DTensors")
+        if not isinstance(num_groups, int) or num_groups < 1:
+            raise ValueError(f"{what}: num_groups must be a positive int, got {num_groups!r}")
+        first = inputs[0]
+        for t in inputs:
+            if t.dtype != first.dtype or t.dims[1:] != first.dims[1:]:
+                raise ValueError(f"{what}: '{t.name}' {t.dims} {t.dtype.name} does not match '{first.name}' "
+                                 f"{first.dims} {first.dtype.name} outside dim 0")
+            if t.dims[0] % num_groups:
+                raise ValueError(f"{what}: '{t.name}' dim 0 ({t.dims[0]}) is not divisible by "
+                                 f"num_groups={num_groups}")
+        return inputs
+
+    def shuffle_tensors(self, inputs, shuffled_dim: int, num_groups: int, name: str | None = None) -> DTensor:
+        """A physical interleave [g0: in0 chunk, in1 chunk, ...][g1: ...], copied before each run."""
+        self._check_open("shuffle_tensors")
+        name = check_name(name if name is not None else f"shuffled_{len(self.tensors)}", self.tensors)
+        srcs = self._view_inputs(f"shuffle_tensors '{name}'", inputs, shuffled_dim, num_groups)
+        dims = (sum(t.dims[0] for t in srcs),) + srcs[0].dims[1:]
+        return self._add(DTensor(name, dims, row_major_strides(dims), srcs[0].dtype, SHUFFLED,
+                                 sources=srcs, num_groups=num_groups))
+
+    def fuse_tensors(self, inputs, fused_dim: int, num_groups: int, name: str | None = None) -> DTensor:
+        """The same order as shuffle_tensors, as a virtual view (no copy); input side only."""
+        self._check_open("fuse_tensors")
+        name = check_name(name if name is not None else f"fused_{len(self.tensors)}", self.tensors)
+        srcs = self._view_inputs(f"fuse_tensors '{name}'", inputs, fused_dim, num_groups)
+        dims = (sum(t.dims[0] for t in srcs),) + srcs[0].dims[1:]
+        return self._add(DTensor(name, dims, row_major_strides(dims), srcs[0].dtype, FUSED,
+                                 sources=srcs, num_groups=num_groups))
+
+    # ---- layers ----------------------------------------------------------------------------
+
+    def __getattr__(self, attr: str):
+        if attr.endswith("_layer") and not attr.startswith("_"):
+            return functools.partial(self._add_layer, find_layer(attr))
+        raise AttributeError(f"'PersistentKernel' object has no attribute '{attr}'")
+
+    def _add_layer(self, fn, *args, **kwargs) -> None:
+        if args:
+            raise TypeError(f"{fn.__name__}: pass arguments by keyword (input=, weight=, output=, grid_dim=, ...)")
+        kind = fn.__name__[: -len("_layer")]
+        self._check_open(fn.__name__)
+        layer = fn(self, f"{kind}_{len(self.layers)}", **kwargs)
+        for acc in layer.inputs + layer.outputs:
+            if self.tensors.get(acc.tensor.name) is not acc.tensor:
+                raise ValueError(f"layer '{layer.name}': tensor '{acc.tensor.name}' belongs to another kernel")
+        for acc in layer.outputs:
+            if acc.written and acc.tensor.kind in (SHUFFLED, FUSED):
+                raise ValueError(f"layer '{layer.name}': output '{acc.tensor.name}' is a {acc.tensor.kind} view; "
+                                 f"views are inputs only")
+        self.layers.append(layer)
+
+    # ---- compile and run -------------------------------------------------------------------
+
+    @property
+    def target_cc(self) -> int:
+        """Compute capability of the device (e.g. 90); 0 on the CPU backend."""
+        if self.device is not None and self.device.type == "cuda":
+            major, minor = torch.cuda.get_device_capability(self.device)
+            return major * 10 + minor
+        return 0
+
+    def _resolve_backend(self) -> str:
+        device_type = self.device.type if self.device is not None else "cpu"
+        if self.backend not in ("auto", device_type):
+            raise ValueError(f"backend={self.backend!r} but the attached tensors are on {device_type}")
+        if device_type != "cpu":
+            raise NotImplementedError(f"tensors are on {device_type}: the CUDA executor is not implemented "
+                                      f"yet; attach CPU tensors to use the CPU backend")
+        return device_type
+
+    def compile(self, **kwargs) -> None:
+        """Verify the graph, write test_rank{R}.cu / task_graph_rank{R}.json, build, load."""
+        unknown = set(kwargs) - {"output_dir"}
+        if unknown:
+            raise TypeError(f"compile() got unexpected keyword(s) {sorted(unknown)}")
+        if self.graph is not None:
+            raise RuntimeError("compile() was already called on this PersistentKernel")
+        backend = self._resolve_backend()
+        self.device = self.device or torch.device("cpu")
+        graph = graph_mod.build(self.layers)
+        graph_mod.verify(graph)
+        for t in self.tensors.values():
+            if t.kind == SHUFFLED:
+                _check_shuffle_inputs_constant(t, graph)
+        meta = build_meta(self.params, self._given_meta, self.device)
+        for t in self._table():
+            if t.data is None:
+                t.data = torch.zeros(t.dims, dtype=t.dtype.torch, device=self.device)
+        variants = codegen.Variants(self.layers)
+        src = codegen.source(variants, backend)
+        if kwargs.get("output_dir"):
+            self.output_files = codegen.write_outputs(kwargs["output_dir"], self.mpi_rank, src,
+                                                      codegen.task_graph_json(graph, variants))
+            log.info("wrote %s and %s", *self.output_files)
+        self.build = build_mod.compile_module(src, backend, self.test_mode, self.sanitize)
+        p = self.params
+        config = dict(num_workers=p["num_workers"], num_local_schedulers=p["num_local_schedulers"],
+                      test_mode=int(self.test_mode), jitter=int(self.schedule_jitter is not None),
+                      jitter_seed=int(self.schedule_jitter or 0), watchdog_s=self.watchdog_s,
+                      max_seq_length=p["max_seq_length"],
+                      max_num_batched_requests=p["max_num_batched_requests"],
+                      max_num_batched_tokens=p["max_num_batched_tokens"], max_num_pages=p["max_num_pages"],
+                      page_size=p["page_size"], total_num_requests=meta["tokens"].shape[0],
+                      eos_token_id=p["eos_token_id"], mpi_rank=self.mpi_rank, world_size=self.world_size)
+        self._runtime = Runtime(self.build.path, graph, variants, self._table(), meta, config)
+        self.meta_tensors = meta
+        self.graph = graph
+
+    def __call__(self, **kwargs) -> None:
+        """Launch. In test mode: poison outputs, run exactly one pass, check every tile was written."""
+        unknown = set(kwargs) - {"default_stream"}
+        if unknown:
+            raise TypeError(f"pk() got unexpected keyword(s) {sorted(unknown)}")
+        if self._runtime is None:
+            raise RuntimeError("pk() called before compile()" if not self._finalized
+                               else "pk() called after finalize()")
+        for t in self.tensors.values():
+            if t.kind == SHUFFLED:
+                shuffle_into(t)
+        if self.test_mode:
+            written.poison(self.graph)
+        passes = self._runtime.launch()
+        if self.test_mode:
+            if passes != 1:
+                raise MPKRuntimeError(f"test mode ran {passes} passes of the graph; expected exactly 1")
+            written.check_written(self.graph)
+
+    def run_test_mode(self) -> None:
+        """MPK's older spelling of pk() in test mode."""
+        if not self.test_mode:
+            raise RuntimeError("run_test_mode() needs PersistentKernel(test_mode=True)")
+        self()
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        """Any tensor of the graph by name (attached, new, shuffled, or a meta tensor) after compile."""
+        if name in self.meta_tensors:
+            return self.meta_tensors[name]
+        t = self.tensors.get(name)
+        if t is None:
+            known = sorted(self.tensors) + sorted(self.meta_tensors)
+            raise KeyError(f"no tensor named '{name}'; known: {known}")
+        if t.data is None:
+            raise RuntimeError(f"tensor '{name}' has no storage yet (fused views have none; new tensors get "
+                               f"theirs at compile())")
+        return t.data
+
+    def finalize(self) -> None:
+        """Free the runtime's resources. Safe to call twice."""
+        if self._runtime is not None:
+            self._runtime.finalize()
+            self._runtime = None
+        self._finalized = True
+
+    def wait(self) -> None:
+        """Synchronize with the last launch (launches on the CPU backend already block)."""
+
+
+def _check_shuffle_inputs_constant(view: DTensor, graph) -> None:
+    written_ids = {tile.tensor.id for t in graph.tasks[1:] for tile in t.outputs if tile.written}
+    for src in view.sources:
+        if src.id in written_ids:
+            raise ValueError(f"shuffle_tensors '{view.name}': input '{src.name}' is written by a layer, but a "
+                             f"shuffle is copied before the run; use fuse_tensors for computed inputs")

@@ -1,0 +1,125 @@
+"""Load a compiled module with ctypes, hand it the graph and pointers, launch, report.
+
+ctypes.CDLL releases the GIL for the duration of each call, so a launch never blocks
+other Python threads. Every call takes the handle mpk_init returned: two kernels sharing
+one loaded .so share no state.
+"""
+from __future__ import annotations
+
+import ctypes as C
+
+import torch
+
+from . import abi
+from .codegen import Variants
+from .errors import MPKHangError, MPKRuntimeError
+from .graph import Graph
+from .tensor import DTensor
+
+
+def _task_struct(task, variants: Variants) -> abi.MpkTask:
+    s = abi.MpkTask()
+    s.task_type = variants.task_type(task.layer)
+    s.variant = variants.of(task.layer)
+    s.num_inputs, s.num_outputs = len(task.inputs), len(task.outputs)
+    s.dependent_event = task.event
+    s.num_triggers = len(task.triggers)
+    for i, e in enumerate(task.triggers):
+        s.trigger_events[i] = e
+    for i, v in enumerate(task.layer.iparams):
+        s.iparams[i] = v
+    for i, v in enumerate(task.layer.fparams):
+        s.fparams[i] = v
+    for k, tile in enumerate(task.inputs + task.outputs):
+        st = s.tiles[k]
+        st.tensor, st.ndim, st.offset = tile.tensor.id, len(tile.dims), tile.offset_bytes
+        for d in range(abi.MAX_DIMS):
+            st.dims[d] = tile.dims[d] if d < len(tile.dims) else 1
+            st.strides[d] = tile.tensor.strides[d] if d < len(tile.dims) else 0
+    return s
+
+
+class Runtime:
+    def __init__(self, so_path: str, graph: Graph, variants: Variants, tensors: list[DTensor],
+                 meta: dict[str, torch.Tensor], config: dict):
+        self.graph = graph
+        self.lib = C.CDLL(so_path)
+        abi.declare(self.lib)
+        abi.check_layout(self.lib, so_path)
+        tasks = (abi.MpkTask * len(graph.tasks))()
+        tasks[0].task_type = abi.TASK_TERMINATE
+        tasks[0].dependent_event = -1
+        for t in graph.tasks[1:]:
+            tasks[t.id] = _task_struct(t, variants)
+        events = (abi.MpkEvent * len(graph.events))()
+        for e in graph.events:
+            events[e.id] = abi.MpkEvent(abi.EVENT_TYPES[e.kind], e.num_triggers,
+                                        min(e.waiters, default=-1), max(e.waiters, default=-1))
+        ptrs = (C.c_void_p * len(tensors))(*[t.data.data_ptr() for t in tensors])
+        m = abi.MpkMeta(**{k: meta[k].data_ptr() for k in abi.META_FIELDS})
+        cfg = abi.MpkConfig(abi_version=abi.ABI_VERSION, num_tasks=len(graph.tasks),
+                            num_events=len(graph.events), num_tensors=len(tensors), **config)
+        err = C.create_string_buffer(4096)
+        self.handle = self.lib.mpk_init(C.byref(cfg), tasks, events, ptrs, C.byref(m), err, len(err))
+        if not self.handle:
+            raise MPKRuntimeError(f"the runtime rejected the kernel: {err.value.decode(errors='replace')}")
+        self.num_workers = config["num_workers"]
+        self.watchdog_s = config["watchdog_s"]
+
+    def launch(self) -> int:
+        """Run to termination; return the number of graph passes, or raise with a report."""
+        status = self.lib.mpk_launch(self.handle)
+        if status == abi.HANG:
+            raise MPKHangError(self.hang_report())
+        if status != abi.OK:
+            raise MPKRuntimeError(f"launch failed (status {status}): {self.error_message()}")
+        return self.lib.mpk_iterations(self.handle)
+
+    def error_message(self) -> str:
+        buf = C.create_string_buffer(4096)
+        self.lib.mpk_error_message(self.handle, buf, len(buf))
+        return buf.value.decode(errors="replace")
+
+    def snapshot(self) -> list[abi.MpkWorkerState]:
+        out = (abi.MpkWorkerState * self.num_workers)()
+        n = self.lib.mpk_snapshot(self.handle, out, self.num_workers)
+        return list(out[:n])
+
+    def event_counters(self) -> list[int]:
+        out = (C.c_int64 * len(self.graph.events))()
+        self.lib.mpk_event_counters(self.handle, out, len(out))
+        return list(out)
+
+    def task_progress(self) -> list[int]:
+        out = (C.c_int64 * len(self.graph.tasks))()
+        self.lib.mpk_task_progress(self.handle, out, len(out))
+        return list(out)
+
+    def hang_report(self) -> str:
+        """Per stuck worker: the task's layer and grid coordinate, the event, and who is late."""
+        g = self.graph
+        progress = self.task_progress()
+        lines = [f"no progress for {self.watchdog_s:g} s (watchdog_s; MPK_WATCHDOG_S): the task graph "
+                 f"is stuck"]
+        for w in self.snapshot():
+            state = abi.WORKER_STATES.get(w.state, str(w.state))
+            if w.task <= 0 or w.task >= len(g.tasks):
+                what = "END_OF_TASK_GRAPH" if w.task == len(g.tasks) else "no task"
+                lines.append(f"  worker {w.worker}: {state}, {what}" + (
+                    f", waits on event {w.event} (counter {w.counter}, needs {w.needed})" if w.event >= 0 else ""))
+                continue
+            task = g.tasks[w.task]
+            line = f"  worker {w.worker}: {state} in layer '{task.layer.name}' task {task.coord}"
+            if w.state == 1 and w.event >= 0:
+                late = [g.tasks[p] for p in g.triggers_of(w.event) if progress[p] < w.iteration]
+                late_txt = ", ".join(f"'{p.layer.name}'{p.coord}" for p in late[:8])
+                more = f" (+{len(late) - 8} more)" if len(late) > 8 else ""
+                line += (f", waits on event {w.event} (counter {w.counter}, needs {w.needed}); "
+                         f"unfinished producers: {late_txt or 'none (a trigger was lost)'}{more}")
+            lines.append(line)
+        return "\n".join(lines)
+
+    def finalize(self) -> None:
+        if self.handle:
+            self.lib.mpk_finalize(self.handle)
+            self.handle = None
