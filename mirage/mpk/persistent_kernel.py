@@ -8,7 +8,8 @@ import os
 import torch
 
 from . import build as build_mod
-from . import codegen, graph as graph_mod, written
+from . import codegen, written
+from . import graph as graph_mod
 from .dtypes import DType, bfloat16, to_dtype
 from .errors import MPKRuntimeError
 from .layers import find_layer

@@ -4,9 +4,9 @@ input_a, input_b, output: same shape [B, H]. Kernel: csrc/tasks/cpu/elementwise_
 """
 from __future__ import annotations
 
+from ..dtypes import bfloat16, float16, float32
 from . import Layer, check_grid, check_splits, check_tensor
 from ._elementwise import tiled_2d
-from ..dtypes import bfloat16, float16, float32
 
 FLOATS = (bfloat16, float16, float32)
 

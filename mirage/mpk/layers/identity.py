@@ -5,9 +5,9 @@ The output equals its input by design, so the 'differs from input' check does no
 """
 from __future__ import annotations
 
+from ..dtypes import bfloat16, float16, float32
 from . import FINITE, NONZERO, Layer, check_grid, check_splits, check_tensor
 from ._elementwise import tiled_2d
-from ..dtypes import bfloat16, float16, float32
 
 FLOATS = (bfloat16, float16, float32)
 

@@ -4,8 +4,8 @@ input [B, K], weight [N, K] -> output [B, N]. Kernel: csrc/tasks/cpu/linear.h.
 """
 from __future__ import annotations
 
-from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 from ..dtypes import bfloat16, float16, float32
+from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 
 FLOATS = (bfloat16, float16, float32)
 

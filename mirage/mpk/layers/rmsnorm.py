@@ -4,8 +4,8 @@ input [B, H], weight [H] -> output [B, H]. Kernel: csrc/tasks/cpu/rmsnorm.h.
 """
 from __future__ import annotations
 
-from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 from ..dtypes import bfloat16, float16, float32
+from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 
 FLOATS = (bfloat16, float16, float32)
 

@@ -6,8 +6,8 @@ Kernel: csrc/tasks/cpu/silu_mul.h.
 """
 from __future__ import annotations
 
-from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 from ..dtypes import bfloat16, float16, float32
+from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 
 FLOATS = (bfloat16, float16, float32)
 

@@ -7,9 +7,9 @@ the 'finite' check applies.
 """
 from __future__ import annotations
 
+from ..dtypes import bfloat16, float16, float32
 from . import FINITE, NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 from ._elementwise import tiled_2d
-from ..dtypes import bfloat16, float16, float32
 
 FLOATS = (bfloat16, float16, float32)
 
