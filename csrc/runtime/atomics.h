@@ -64,8 +64,9 @@ template <typename T> inline T atomic_add_release(T* p, T v) {
 template <typename T> inline T atomic_add_relaxed(T* p, T v) {
     return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
+#endif
 
-// One spin-wait hint to the core (frees the sibling hyperthread, saves power).
+// Host only: one spin-wait hint to the core (frees the sibling hyperthread, saves power).
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -73,6 +74,5 @@ inline void cpu_relax() {
     __asm__ __volatile__("yield");
 #endif
 }
-#endif
 
 }  // namespace mpk

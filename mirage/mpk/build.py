@@ -24,7 +24,8 @@ from .errors import MPKCompileError
 log = logging.getLogger("mirage.mpk")
 
 CSRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "csrc")
-SANITIZERS = {"thread": ["-fsanitize=thread", "-g"], "address": ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"]}
+SANITIZERS = {"thread": ["-fsanitize=thread", "-g"],
+              "address": ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"]}
 
 
 @dataclass

@@ -74,7 +74,7 @@ class PersistentKernel:
         if backend not in _BACKENDS:
             raise ValueError(f"PersistentKernel: backend={backend!r}; expected one of {_BACKENDS}")
         if profiler_tensor is not None:
-            raise ValueError("PersistentKernel: profiler_tensor is not supported yet (see the profiler issue)")
+            raise ValueError("PersistentKernel: profiler_tensor is not supported yet (profiler issue)")
         self.world_size, self.mpi_rank = world_size, mpi_rank
         self.test_mode = bool(test_mode)
         self.backend = backend
@@ -94,6 +94,7 @@ class PersistentKernel:
         self.build = None
         self.output_files: tuple[str, str] | None = None
         self._runtime: Runtime | None = None
+        self._meta_at_first_launch: dict[str, torch.Tensor] | None = None
         self._finalized = False
 
     # ---- tensors ---------------------------------------------------------------------------
@@ -112,6 +113,10 @@ class PersistentKernel:
         return t
 
     def _claim_device(self, device: torch.device, what: str) -> None:
+        if device.type not in ("cpu", "cuda"):
+            # e.g. a 'meta' tensor: no storage, so every data_ptr() is 0 and would read as aliasing
+            raise ValueError(f"{what} is on device '{device}', which the runtime cannot run on; "
+                             f"attach cpu tensors (CPU backend) or cuda tensors (CUDA backend)")
         want = {"cpu": "cpu", "cuda": "cuda"}.get(self.backend)
         if want and device.type != want:
             raise ValueError(f"{what} is on {device} but backend={self.backend!r}; move it to {want}")
@@ -125,9 +130,13 @@ class PersistentKernel:
         """Register a torch tensor (input, weight or output); outputs are written in place."""
         self._check_open("attach_input")
         if not isinstance(torch_tensor, torch.Tensor):
-            raise TypeError(f"attach_input: expected a torch.Tensor for '{name}', got {type(torch_tensor).__name__}")
+            raise TypeError(f"attach_input: expected a torch.Tensor for '{name}', "
+                            f"got {type(torch_tensor).__name__}")
         name = check_name(name, self.tensors)
-        dtype = to_dtype(torch_tensor.dtype)
+        try:
+            dtype = to_dtype(torch_tensor.dtype)
+        except TypeError as e:
+            raise TypeError(f"attach_input: tensor '{name}' {tuple(torch_tensor.shape)}: {e}") from None
         if not torch_tensor.is_contiguous():
             raise ValueError(f"attach_input: tensor '{name}' (shape {tuple(torch_tensor.shape)}, strides "
                              f"{torch_tensor.stride()}) is not contiguous; pass .contiguous()")
@@ -207,17 +216,18 @@ class PersistentKernel:
 
     def _add_layer(self, fn, *args, **kwargs) -> None:
         if args:
-            raise TypeError(f"{fn.__name__}: pass arguments by keyword (input=, weight=, output=, grid_dim=, ...)")
+            raise TypeError(f"{fn.__name__}: pass arguments by keyword (input=, weight=, output=, ...)")
         kind = fn.__name__[: -len("_layer")]
         self._check_open(fn.__name__)
         layer = fn(self, f"{kind}_{len(self.layers)}", **kwargs)
         for acc in layer.inputs + layer.outputs:
             if self.tensors.get(acc.tensor.name) is not acc.tensor:
-                raise ValueError(f"layer '{layer.name}': tensor '{acc.tensor.name}' belongs to another kernel")
+                raise ValueError(f"layer '{layer.name}': tensor '{acc.tensor.name}' belongs to another "
+                                 f"kernel")
         for acc in layer.outputs:
             if acc.written and acc.tensor.kind in (SHUFFLED, FUSED):
-                raise ValueError(f"layer '{layer.name}': output '{acc.tensor.name}' is a {acc.tensor.kind} view; "
-                                 f"views are inputs only")
+                raise ValueError(f"layer '{layer.name}': output '{acc.tensor.name}' is a "
+                                 f"{acc.tensor.kind} view; views are inputs only")
         self.layers.append(layer)
 
     # ---- compile and run -------------------------------------------------------------------
@@ -289,6 +299,12 @@ class PersistentKernel:
             if t.kind == SHUFFLED:
                 shuffle_into(t)
         if self.test_mode:
+            # prepare_next_batch advances step and appends tokens; every test-mode launch starts
+            # from the meta tensors as they were at the first one, so pk() can run again.
+            if self._meta_at_first_launch is None:
+                self._meta_at_first_launch = {k: self.meta_tensors[k].clone() for k in ("step", "tokens")}
+            for k, v in self._meta_at_first_launch.items():
+                self.meta_tensors[k].copy_(v)
             written.poison(self.graph)
         passes = self._runtime.launch()
         if self.test_mode:
@@ -330,5 +346,5 @@ def _check_shuffle_inputs_constant(view: DTensor, graph) -> None:
     written_ids = {tile.tensor.id for t in graph.tasks[1:] for tile in t.outputs if tile.written}
     for src in view.sources:
         if src.id in written_ids:
-            raise ValueError(f"shuffle_tensors '{view.name}': input '{src.name}' is written by a layer, but a "
-                             f"shuffle is copied before the run; use fuse_tensors for computed inputs")
+            raise ValueError(f"shuffle_tensors '{view.name}': input '{src.name}' is written by a layer, but "
+                             f"a shuffle is copied before the run; use fuse_tensors for computed inputs")

@@ -105,8 +105,9 @@ class Runtime:
             state = abi.WORKER_STATES.get(w.state, str(w.state))
             if w.task <= 0 or w.task >= len(g.tasks):
                 what = "END_OF_TASK_GRAPH" if w.task == len(g.tasks) else "no task"
-                lines.append(f"  worker {w.worker}: {state}, {what}" + (
-                    f", waits on event {w.event} (counter {w.counter}, needs {w.needed})" if w.event >= 0 else ""))
+                waits = (f", waits on event {w.event} (counter {w.counter}, needs {w.needed})"
+                         if w.event >= 0 else "")
+                lines.append(f"  worker {w.worker}: {state}, {what}{waits}")
                 continue
             task = g.tasks[w.task]
             line = f"  worker {w.worker}: {state} in layer '{task.layer.name}' task {task.coord}"

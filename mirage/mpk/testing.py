@@ -66,7 +66,8 @@ def tolerance(dtype: DType | torch.dtype, *, k: int = 0, scale: torch.Tensor | f
 
 def tol_elementwise(dtype, scale: torch.Tensor | None = None, input_rounding=None) -> Tolerance:
     """add / silu_mul / copy: a few fp32 ops per element; scale = |a| + |b| for a sum."""
-    return tolerance(dtype, k=1 if scale is not None else 0, scale=scale, ops=8, input_rounding=input_rounding)
+    k = 1 if scale is not None else 0
+    return tolerance(dtype, k=k, scale=scale, ops=8, input_rounding=input_rounding)
 
 
 def tol_linear(dtype, k: int, scale: torch.Tensor, input_rounding=None) -> Tolerance:
@@ -130,7 +131,8 @@ def assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: T
 
 
 def _nonvacuous_line(name: str, check: str, ok: bool, detail: str = "") -> None:
-    print(f"NONVACUOUS {name} {check} {'PASS' if ok else 'FAIL'}{(' ' + detail) if detail else ''}", flush=True)
+    verdict = "PASS" if ok else "FAIL"
+    print(f"NONVACUOUS {name} {check} {verdict}{(' ' + detail) if detail else ''}", flush=True)
     if not ok:
         raise AssertionError(f"non-vacuity check '{check}' failed for '{name}' {detail}")
 

@@ -1,0 +1,792 @@
+// test_runtime.cpp: proves the persistent-kernel protocol of csrc/runtime on the CPU
+// executor with a fake dispatcher (no real layer kernels): topologies, workers and
+// schedulers, jitter, test mode vs the offline loop, meta tensors, watchdog, validation,
+// independent handles. It is shaped like a generated module: runtime.h, a dispatcher,
+// then entry.h.
+//
+// Run:  tests/csrc/run_runtime_tests.sh          (also builds it under TSan and ASan)
+// One:  g++ -std=c++17 -O2 -pthread -Icsrc tests/csrc/test_runtime.cpp -o /tmp/t && /tmp/t
+#include "runtime/runtime.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <stdio.h>
+#include <string>
+#include <thread>
+#include <vector>
+
+// ---- fake kernels
+
+namespace fake {
+enum Variant { SUM = 0, MODEL = 1, THROW = 2 };
+constexpr int kRow = 32;      // int64 entries per MODEL log row
+constexpr int kMaxRows = 16;
+
+// SUM: out0 (uint64) = 31 * (sum of inputs) + position (iparams[1]); iparams[0] > 0 sleeps
+// that many microseconds first. A value read before its producer wrote it shows as a mismatch.
+inline void sum(const mpk::TaskView& v) {
+    if (v.iparam(0) > 0) std::this_thread::sleep_for(std::chrono::microseconds(v.iparam(0)));
+    uint64_t acc = 0;
+    for (int i = 0; i < v.task->num_inputs; ++i) acc += *v.in<uint64_t>(i);
+    *v.out<uint64_t>(0) = acc * 31 + uint64_t(v.iparam(1));
+}
+
+// MODEL: a "language model" whose next token is input + 1; logs the batch layout it saw.
+// out0: int64 [1 + kMaxRows * kRow]; [0] = rows; a row = num_new, qo[0..S], kv[0..S],
+// last[0..S-1], kv_indices[0..kv[S]-1], input_tokens[0..num_new-1], then -1. S = iparams[0].
+inline void model(const mpk::TaskView& v) {
+    const MpkMeta& m = *v.meta;
+    const int S = int(v.iparam(0));
+    const int n = m.num_new_tokens[0];
+    for (int j = 0; j < n; ++j) m.output_tokens[j] = m.input_tokens[j] + 1;
+    int64_t* log = v.out<int64_t>(0);
+    int64_t* row = log + 1 + log[0]++ * kRow;
+    int k = 0;
+    row[k++] = n;
+    for (int s = 0; s <= S; ++s) row[k++] = m.qo_indptr_buffer[s];
+    for (int s = 0; s <= S; ++s) row[k++] = m.paged_kv_indptr_buffer[s];
+    for (int s = 0; s < S; ++s) row[k++] = m.paged_kv_last_page_len_buffer[s];
+    for (int p = 0; p < m.paged_kv_indptr_buffer[S]; ++p) row[k++] = m.paged_kv_indices_buffer[p];
+    for (int j = 0; j < n; ++j) row[k++] = m.input_tokens[j];
+    while (k < kRow) row[k++] = -1;
+}
+}  // namespace fake
+
+namespace mpk_generated {
+inline void execute_task(const mpk::TaskView& v) {
+    switch (v.task->variant) {
+    case fake::SUM: fake::sum(v); return;
+    case fake::MODEL: fake::model(v); return;
+    case fake::THROW: throw std::runtime_error("injected failure");
+    }
+}
+}  // namespace mpk_generated
+#define MPK_EXECUTE_TASK mpk_generated::execute_task
+#include "runtime/entry.h"
+
+// ---- harness
+
+static std::atomic<int> g_failures{0};  // test harness only; the runtime has no globals
+#define CHECK(cond, ...)                                                           \
+    do {                                                                           \
+        if (!(cond)) {                                                             \
+            ++g_failures;                                                          \
+            printf("  FAIL %s:%d: %s -- ", __FILE__, __LINE__, #cond);            \
+            printf(__VA_ARGS__);                                                   \
+            printf("\n");                                                          \
+        }                                                                          \
+    } while (0)
+
+static double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// ---- graphs: nodes with dependency sets -> tasks and events as DESIGN 4.2 builds them
+
+struct Node {
+    int variant = fake::SUM;
+    std::vector<int> deps;  // earlier nodes, ascending
+    int64_t sleep_us = 0;
+};
+
+struct Graph {
+    std::vector<Node> nodes;  // nodes[0] is unused (TERMINATE)
+    Graph() : nodes(1) {}
+    int add(std::vector<int> deps, int variant = fake::SUM, int64_t sleep_us = 0) {
+        nodes.push_back(Node{variant, deps, sleep_us});
+        return int(nodes.size()) - 1;
+    }
+    int num_tasks() const { return int(nodes.size()); }
+};
+
+constexpr uint64_t kPoison = 0xdeadbeefdeadbeefull;
+constexpr int kValues = 0, kLog = 1;  // tensor indices
+
+struct Built {
+    std::vector<MpkTask> tasks;
+    std::vector<MpkEvent> events;
+};
+
+// Consumers with the same dependency set share one event (num_triggers = |set|); leaves
+// trigger END_OF_TASK_GRAPH, the last event. `slots` goes to MODEL tasks.
+static Built build(const Graph& g, int slots = 1) {
+    const int n = g.num_tasks();
+    Built b;
+    b.tasks.assign(n, MpkTask{});
+    b.events.push_back(MpkEvent{MPK_EVENT_TERMINATION, 0, -1, -1});
+    std::map<std::vector<int>, int> event_of;
+    std::vector<bool> has_consumer(n, false);
+    for (int t = 1; t < n; ++t) {
+        const Node& node = g.nodes[t];
+        MpkTask& k = b.tasks[t];
+        k.task_type = MPK_TASK_FIRST_LAYER;
+        k.variant = node.variant;
+        k.dependent_event = -1;
+        k.iparams[0] = node.variant == fake::MODEL ? slots : node.sleep_us;
+        k.iparams[1] = t;
+        if (node.variant == fake::MODEL) {
+            k.num_outputs = 1;
+            k.tiles[0].tensor = kLog;
+        } else {
+            k.num_inputs = int(node.deps.size());
+            k.num_outputs = 1;
+            for (size_t i = 0; i < node.deps.size(); ++i) {
+                k.tiles[i].tensor = kValues;
+                k.tiles[i].offset = 8 * node.deps[i];
+            }
+            k.tiles[node.deps.size()].tensor = kValues;
+            k.tiles[node.deps.size()].offset = 8 * t;
+        }
+        if (node.deps.empty()) continue;
+        auto it = event_of.find(node.deps);
+        if (it == event_of.end()) {
+            const int e = int(b.events.size());
+            it = event_of.emplace(node.deps, e).first;
+            b.events.push_back(MpkEvent{MPK_EVENT_LAUNCH_TASKS, int(node.deps.size()), t, t});
+            for (int d : node.deps) {
+                MpkTask& p = b.tasks[d];
+                p.trigger_events[p.num_triggers++] = e;
+                has_consumer[d] = true;
+            }
+        }
+        k.dependent_event = it->second;
+        b.events[it->second].last_task_id = t;
+    }
+    const int end = int(b.events.size());
+    int leaves = 0;
+    for (int t = 1; t < n; ++t)
+        if (!has_consumer[t]) {
+            b.tasks[t].trigger_events[b.tasks[t].num_triggers++] = end;
+            ++leaves;
+        }
+    b.events.push_back(MpkEvent{MPK_EVENT_END_OF_TASK_GRAPH, leaves, -1, -1});
+    b.tasks[0].task_type = MPK_TASK_TERMINATE;
+    b.tasks[0].dependent_event = -1;
+    return b;
+}
+
+static std::vector<uint64_t> expected_values(const Graph& g) {
+    std::vector<uint64_t> v(g.num_tasks(), kPoison);
+    for (int t = 1; t < g.num_tasks(); ++t) {
+        if (g.nodes[t].variant != fake::SUM) continue;
+        uint64_t acc = 0;
+        for (int d : g.nodes[t].deps) acc += v[d];
+        v[t] = acc * 31 + uint64_t(t);
+    }
+    return v;
+}
+
+static Graph chain(int n) {
+    Graph g;
+    g.add({});
+    for (int t = 2; t <= n; ++t) g.add({t - 1});
+    return g;
+}
+static Graph fork(int n) {  // 1 -> 2..n+1 -> each a leaf
+    Graph g;
+    const int root = g.add({});
+    for (int i = 0; i < n; ++i) g.add({root});
+    return g;
+}
+static Graph join(int n) {  // n roots -> 1 (n <= 7 inputs)
+    Graph g;
+    std::vector<int> roots;
+    for (int i = 0; i < n; ++i) roots.push_back(g.add({}));
+    g.add(roots);
+    return g;
+}
+static Graph diamond() {
+    Graph g;
+    const int a = g.add({});
+    const int b = g.add({a}), c = g.add({a});
+    g.add({b, c});
+    return g;
+}
+// Random layered DAG: up to 3 deps among the previous 12 nodes, trigger fan-out <= 7.
+static Graph random_dag(int n, unsigned seed) {
+    Graph g;
+    std::mt19937 rng(seed);
+    std::map<std::vector<int>, bool> sets;
+    std::vector<int> fanout(n + 1, 0);
+    for (int t = 1; t <= n; ++t) {
+        std::vector<int> deps;
+        const int want = t == 1 ? 0 : int(rng() % 4);
+        for (int i = 0; i < want; ++i) {
+            const int lo = t > 12 ? t - 12 : 1;
+            const int d = lo + int(rng() % unsigned(t - lo));
+            if (fanout[d] < 7 && std::find(deps.begin(), deps.end(), d) == deps.end()) deps.push_back(d);
+        }
+        std::sort(deps.begin(), deps.end());
+        if (!deps.empty() && !sets[deps]) {
+            sets[deps] = true;
+            for (int d : deps) ++fanout[d];
+        }
+        g.add(deps);
+    }
+    return g;
+}
+
+// ---- a kernel instance: graph + tensors + meta tensors + config
+
+struct Meta {
+    std::vector<int64_t> tokens, input_tokens, output_tokens;
+    std::vector<int32_t> step, prompt_lengths, num_new_tokens, qo, kv, kv_indices, last;
+    // Sizes every buffer (one spare entry so no pointer is NULL), then fills it.
+    void setup(const MpkConfig& c, const std::vector<int32_t>& prompts, const std::vector<int32_t>& steps) {
+        tokens.resize(size_t(c.total_num_requests) * c.max_seq_length + 1);
+        step.resize(prompts.size() + 1);
+        prompt_lengths.resize(prompts.size() + 1);
+        input_tokens.resize(size_t(c.max_num_batched_tokens) + 1);
+        output_tokens.resize(size_t(c.max_num_batched_tokens) + 1);
+        num_new_tokens.resize(1);
+        qo.resize(size_t(c.max_num_batched_requests) + 1);
+        kv.resize(size_t(c.max_num_batched_requests) + 1);
+        kv_indices.resize(size_t(c.max_num_pages) + 1);
+        last.resize(size_t(c.max_num_batched_requests) + 1);
+        restore(c, prompts, steps);
+    }
+    // In place (the handle keeps the pointers): prompt r is 10*(r+1), 10*(r+1)+1, ...
+    void restore(const MpkConfig& c, const std::vector<int32_t>& prompts, const std::vector<int32_t>& steps) {
+        const int L = c.max_seq_length;
+        for (size_t r = 0; r < prompts.size(); ++r) {
+            for (int j = 0; j < L; ++j) tokens[r * L + j] = j < prompts[r] ? 10 * int64_t(r + 1) + j : 0;
+            step[r] = steps[r];
+            prompt_lengths[r] = prompts[r];
+        }
+        std::fill(input_tokens.begin(), input_tokens.end(), 0);
+        std::fill(output_tokens.begin(), output_tokens.end(), 0);
+        num_new_tokens[0] = 0;
+        for (auto* v : {&qo, &kv, &kv_indices, &last}) std::fill(v->begin(), v->end(), -7);
+    }
+    MpkMeta view() {
+        return MpkMeta{tokens.data(), step.data(), prompt_lengths.data(), input_tokens.data(),
+                       output_tokens.data(), num_new_tokens.data(), qo.data(), kv.data(),
+                       kv_indices.data(), last.data()};
+    }
+    int64_t token(const MpkConfig& c, int r, int j) const { return tokens[size_t(r) * c.max_seq_length + j]; }
+};
+
+static MpkConfig default_config() {
+    MpkConfig c{};
+    c.abi_version = MPK_ABI_VERSION;
+    c.num_workers = 3;
+    c.num_local_schedulers = 2;
+    c.num_tensors = 2;
+    c.test_mode = 1;
+    c.watchdog_s = 5.0;  // a protocol bug shows as MPK_HANG, never as a stuck test
+    c.max_seq_length = c.max_num_batched_requests = c.max_num_batched_tokens = 1;
+    c.max_num_pages = c.page_size = c.total_num_requests = 1;
+    c.eos_token_id = -1;
+    c.world_size = 1;
+    return c;
+}
+
+struct Instance {
+    Graph graph;
+    Built built;
+    MpkConfig cfg;
+    Meta meta;
+    MpkMeta meta_view{};
+    std::vector<uint64_t> values;
+    std::vector<int64_t> log;
+    std::vector<void*> tensors;
+    void* handle = nullptr;
+    std::string init_error;
+    int status = -1;
+    double seconds = 0;
+
+    Instance(const Graph& g, MpkConfig c, std::vector<int32_t> prompts = {1}, std::vector<int32_t> steps = {0})
+        : graph(g), cfg(c) {
+        cfg.total_num_requests = int(prompts.size());
+        built = build(graph, cfg.max_num_batched_requests);
+        cfg.num_tasks = int(built.tasks.size());
+        cfg.num_events = int(built.events.size());
+        meta.setup(cfg, prompts, steps);
+        reset_buffers();
+    }
+    ~Instance() { mpk_finalize(handle); }
+    void reset_buffers() {  // in place once allocated: the handle keeps the pointers
+        values.resize(graph.num_tasks());
+        log.resize(1 + fake::kMaxRows * fake::kRow);
+        std::fill(values.begin(), values.end(), kPoison);
+        std::fill(log.begin(), log.end(), 0);
+        tensors = {values.data(), log.data()};
+        meta_view = meta.view();
+    }
+    bool init() {
+        char err[512];
+        handle = mpk_init(&cfg, built.tasks.data(), built.events.data(), tensors.data(), &meta_view, err, sizeof err);
+        init_error = err;
+        return handle != nullptr;
+    }
+    int launch() {
+        const auto t0 = std::chrono::steady_clock::now();
+        status = mpk_launch(handle);
+        seconds = seconds_since(t0);
+        return status;
+    }
+    std::string message() const {
+        char buf[2048];
+        mpk_error_message(handle, buf, sizeof buf);
+        return buf;
+    }
+    std::vector<int64_t> progress() const {
+        std::vector<int64_t> p(cfg.num_tasks);
+        mpk_task_progress(handle, p.data(), int(p.size()));
+        return p;
+    }
+    std::vector<int64_t> counters() const {
+        std::vector<int64_t> p(cfg.num_events);
+        mpk_event_counters(handle, p.data(), int(p.size()));
+        return p;
+    }
+    std::vector<MpkWorkerState> snapshot() const {
+        std::vector<MpkWorkerState> s(cfg.num_workers);
+        mpk_snapshot(handle, s.data(), int(s.size()));
+        return s;
+    }
+    // After a clean run of `passes` passes: every SUM value right, every task completed in
+    // the last pass, every counter = num_triggers * passes, every worker DONE.
+    bool check_clean_run(int64_t passes, const char* what) {
+        const int before = g_failures;
+        CHECK(status == MPK_OK, "%s: status %d, message '%s'", what, status, message().c_str());
+        CHECK(mpk_iterations(handle) == passes, "%s: %lld passes, expected %lld", what,
+              (long long)mpk_iterations(handle), (long long)passes);
+        const std::vector<uint64_t> want = expected_values(graph);
+        for (int t = 1; t < graph.num_tasks(); ++t)
+            if (graph.nodes[t].variant == fake::SUM)
+                CHECK(values[t] == want[t], "%s: task %d value %llx, expected %llx", what, t,
+                      (unsigned long long)values[t], (unsigned long long)want[t]);
+        const std::vector<int64_t> p = progress();
+        for (int t = 1; t < cfg.num_tasks; ++t) CHECK(p[t] == passes, "%s: task %d progress %lld", what, t, (long long)p[t]);
+        const std::vector<int64_t> c = counters();
+        for (int e = 0; e < cfg.num_events; ++e)
+            CHECK(c[e] == built.events[e].num_triggers * passes, "%s: event %d counter %lld, expected %lld", what, e,
+                  (long long)c[e], (long long)(built.events[e].num_triggers * passes));
+        for (const MpkWorkerState& s : snapshot())
+            CHECK(s.state == MPK_WORKER_DONE, "%s: worker %d state %d after a clean run", what, s.worker, s.state);
+        return g_failures == before;
+    }
+};
+
+static void check_row(const std::vector<int64_t>& log, int r, std::vector<int64_t> want, const char* what) {
+    want.resize(fake::kRow, -1);
+    const int64_t* row = log.data() + 1 + r * fake::kRow;
+    for (int k = 0; k < fake::kRow; ++k)
+        CHECK(row[k] == want[k], "%s: log row %d entry %d = %lld, expected %lld", what, r, k, (long long)row[k],
+              (long long)want[k]);
+}
+
+template <class T> static void check_vec(const std::vector<T>& got, std::vector<T> want, const char* what) {
+    for (size_t i = 0; i < want.size(); ++i)
+        CHECK(i < got.size() && got[i] == want[i], "%s[%zu] = %lld, expected %lld", what, i,
+              (long long)(i < got.size() ? got[i] : -999), (long long)want[i]);
+}
+
+// ---- tests: topologies x workers/schedulers x jitter, test mode
+
+static void test_topologies() {
+    struct Shape { const char* name; Graph g; };
+    const std::vector<Shape> shapes = {{"chain20", chain(20)}, {"fork12", fork(12)}, {"join7", join(7)},
+                                       {"diamond", diamond()}, {"random300", random_dag(300, 7)}};
+    const int configs[][2] = {{1, 1}, {3, 1}, {8, 2}, {8, 4}, {2, 4}};  // workers, schedulers
+    for (const Shape& shape : shapes) {
+        int runs = 0;
+        const int before = g_failures;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (const auto& ws : configs)
+            for (uint64_t seed = 0; seed <= 3; ++seed) {
+                MpkConfig c = default_config();
+                c.num_workers = ws[0];
+                c.num_local_schedulers = ws[1];
+                c.jitter = seed > 0;
+                c.jitter_seed = seed;
+                Instance in(shape.g, c);
+                CHECK(in.init(), "%s: mpk_init: %s", shape.name, in.init_error.c_str());
+                in.launch();
+                in.check_clean_run(1, shape.name);
+                ++runs;
+            }
+        printf("topology %-10s tasks %3d: %2d runs (workers x schedulers 1x1 3x1 8x2 8x4 2x4, jitter off + seeds 1..3)"
+               ", values/progress/counters exact, %.2f s %s\n",
+               shape.name, shape.g.num_tasks() - 1, runs, seconds_since(t0), g_failures == before ? "PASS" : "FAIL");
+    }
+}
+
+// ---- tests: meta tensors in test mode
+
+static void test_meta_default() {
+    const int before = g_failures;
+    Instance in(diamond(), default_config());  // every param 1, prompt [1], step [0]
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    in.launch();
+    in.check_clean_run(1, "meta default");
+    check_vec(in.meta.qo, {0, 1}, "qo_indptr");
+    check_vec(in.meta.kv, {0, 1}, "paged_kv_indptr");
+    check_vec(in.meta.kv_indices, {0}, "paged_kv_indices");
+    check_vec(in.meta.last, {1}, "paged_kv_last_page_len");
+    check_vec(in.meta.num_new_tokens, {1}, "num_new_tokens");
+    check_vec(in.meta.input_tokens, {10}, "input_tokens");
+    check_vec(in.meta.step, {1}, "step");
+    check_vec(in.meta.tokens, {10}, "tokens");  // nothing written: step 1 >= max_seq_length 1
+    printf("meta default (all params 1): qo [0,1] kv [0,1] indices [0] last [1] new [1], step -> [1], tokens "
+           "untouched %s\n", g_failures == before ? "PASS" : "FAIL");
+}
+
+static void test_meta_multi_request() {
+    const int before = g_failures;
+    MpkConfig c = default_config();
+    c.max_seq_length = 4;
+    c.max_num_batched_requests = 2;
+    c.max_num_batched_tokens = 4;
+    c.max_num_pages = 4;
+    c.page_size = 2;
+    Graph g = diamond();
+    g.add({}, fake::MODEL);
+    Instance in(g, c, {2, 3, 1}, {0, 0, 0});
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    in.launch();
+    in.check_clean_run(1, "meta multi-request");
+    // r0 prefill 2 (page 0), r1 prefill min(3, 2) = 2 (page 1); r2 waits (slots full)
+    check_row(in.log, 0, {4, 0, 2, 4, 0, 1, 2, 2, 2, 0, 1, 10, 11, 20, 21}, "multi");
+    check_vec(in.meta.step, {2, 2, 0}, "step");
+    check_vec(in.meta.tokens, {10, 11, 12, 0, 20, 21, 22, 0, 30, 0, 0, 0}, "tokens");  // r0 emitted 11+1
+    printf("meta 3 requests, page_size 2, 2 slots, 4 tokens: qo [0,2,4] kv [0,1,2] last [2,2], step -> [2,2,0], "
+           "r0 emits at position 2 %s\n", g_failures == before ? "PASS" : "FAIL");
+}
+
+static void test_meta_prefilled_step() {
+    const int before = g_failures;
+    MpkConfig c = default_config();
+    c.max_seq_length = 8;
+    c.max_num_batched_requests = 2;
+    c.max_num_batched_tokens = 4;
+    c.max_num_pages = 8;
+    c.page_size = 2;
+    Graph g;
+    g.add({}, fake::MODEL);
+    g.add({1});
+    // r0: prompt 4 fully cached (step 4): one decode token tokens[0,4], 5 tokens -> 3 pages.
+    // r1: prompt 5, 2 cached: prefill the last 3, 5 tokens -> 3 pages (first 1 = the cache).
+    Instance in(g, c, {4, 5}, {4, 2});
+    in.meta.tokens[4] = 77;  // the decode input at position 4 of r0
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    in.launch();
+    in.check_clean_run(1, "meta prefilled");
+    check_row(in.log, 0, {4, 0, 1, 4, 0, 3, 6, 1, 1, 0, 1, 2, 3, 4, 5, 77, 22, 23, 24}, "prefilled");
+    check_vec(in.meta.step, {5, 5}, "step");
+    CHECK(in.meta.token(c, 0, 5) == 78, "r0 output at position 5: %lld", (long long)in.meta.token(c, 0, 5));
+    CHECK(in.meta.token(c, 1, 5) == 25, "r1 output at position 5: %lld", (long long)in.meta.token(c, 1, 5));
+    printf("meta pre-filled step [4,2], page_size 2: cached pages first, kv [0,3,6] last [1,1], step -> [5,5], "
+           "outputs at position 5 %s\n", g_failures == before ? "PASS" : "FAIL");
+}
+
+// ---- tests: the offline loop (test_mode 0)
+
+static void test_offline_loop() {
+    const int before = g_failures;
+    MpkConfig c = default_config();
+    c.test_mode = 0;
+    c.num_workers = 4;
+    c.max_seq_length = 6;
+    c.max_num_batched_requests = 2;
+    c.max_num_batched_tokens = 4;
+    c.max_num_pages = 8;
+    c.page_size = 2;
+    c.jitter = 1;
+    c.jitter_seed = 11;
+    Graph g = diamond();
+    g.add({4}, fake::MODEL);
+    Instance in(g, c, {3, 2}, {0, 0});
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    for (int launch = 0; launch < 2; ++launch) {  // the second launch proves per-launch reset
+        if (launch) {
+            in.meta.restore(in.cfg, {3, 2}, {0, 0});  // as Python would restore step / tokens
+            in.reset_buffers();
+        }
+        in.launch();
+        in.check_clean_run(5, "offline loop");
+        // rows: num_new | qo[3] | kv[3] | last[2] | kv indices | input tokens
+        check_row(in.log, 0, {4, 0, 3, 4, 0, 2, 3, 1, 1, 0, 1, 2, 10, 11, 12, 20}, "offline it1");
+        check_row(in.log, 1, {2, 0, 1, 2, 0, 2, 3, 2, 2, 0, 1, 2, 13, 21}, "offline it2");
+        check_row(in.log, 2, {2, 0, 1, 2, 0, 3, 5, 1, 1, 0, 1, 3, 2, 4, 14, 22}, "offline it3");
+        check_row(in.log, 3, {1, 0, 1, 1, 0, 2, 2, 2, 0, 2, 4, 23}, "offline it4");
+        check_row(in.log, 4, {1, 0, 1, 1, 0, 3, 3, 1, 0, 2, 4, 5, 24}, "offline it5");
+        CHECK(in.log[0] == 5, "model ran %lld times", (long long)in.log[0]);
+        check_vec(in.meta.tokens, {10, 11, 12, 13, 14, 15, 20, 21, 22, 23, 24, 25}, "tokens");
+        check_vec(in.meta.step, {5, 5}, "step");  // done at step + 1 >= 6: the last token is emitted, not run
+        check_vec(in.meta.qo, {0, 0, 0}, "final qo_indptr");
+        check_vec(in.meta.num_new_tokens, {0}, "final num_new_tokens");
+    }
+    printf("offline loop prompts [3,2], 4 tokens, max_seq_length 6, page_size 2: 5 passes, per-pass "
+           "layouts and tokens exact, twice on one handle %s\n", g_failures == before ? "PASS" : "FAIL");
+}
+
+static void test_offline_eos() {
+    const int before = g_failures;
+    MpkConfig c = default_config();
+    c.test_mode = 0;
+    c.max_seq_length = 6;
+    c.max_num_batched_requests = 2;
+    c.max_num_batched_tokens = 4;
+    c.max_num_pages = 8;
+    c.page_size = 2;
+    c.eos_token_id = 23;  // r1 emits 22, then 23 and stops; r0 reaches max_seq_length then
+    Graph g;
+    g.add({}, fake::MODEL);
+    Instance in(g, c, {3, 2}, {0, 0});
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    in.launch();
+    in.check_clean_run(3, "offline eos");
+    check_row(in.log, 2, {2, 0, 1, 2, 0, 3, 5, 1, 1, 0, 1, 3, 2, 4, 14, 22}, "eos it3");
+    CHECK(in.log[0] == 3, "model ran %lld times", (long long)in.log[0]);
+    check_vec(in.meta.tokens, {10, 11, 12, 13, 14, 15, 20, 21, 22, 23, 0, 0}, "tokens");
+    check_vec(in.meta.step, {5, 3}, "step");  // without eos r1 would run to step 5 (5 passes)
+    printf("offline loop with eos_token_id 23: r1 stops at step 3 on its eos, r0 at max_seq_length, 3 passes %s\n",
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+// ---- tests: statuses
+
+static void test_nothing_scheduled() {
+    const int before = g_failures;
+    MpkConfig c = default_config();
+    c.max_num_batched_tokens = 0;
+    Instance in(diamond(), c);
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    in.launch();
+    const std::string msg = in.message();
+    CHECK(in.status == MPK_NOTHING_SCHEDULED, "status %d", in.status);
+    for (const char* word : {"total_num_requests=1", "prompt_lengths=[1]", "step=[0]", "max_num_batched_tokens=0"})
+        CHECK(msg.find(word) != std::string::npos, "message lacks '%s': %s", word, msg.c_str());
+    for (int64_t p : in.progress()) CHECK(p == 0, "a task ran");
+    for (int t = 1; t < 5; ++t) CHECK(in.values[t] == kPoison, "task %d wrote", t);
+    CHECK(mpk_iterations(in.handle) == 0, "passes %lld", (long long)mpk_iterations(in.handle));
+    printf("max_num_batched_tokens 0 -> MPK_NOTHING_SCHEDULED, zero tasks ran: \"%s\" %s\n", msg.c_str(),
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+static void test_invalid_at_launch() {
+    const int before = g_failures;
+    MpkConfig c = default_config();
+    c.max_seq_length = 4;
+    c.max_num_batched_tokens = 4;
+    c.max_num_pages = 2;  // the prompt needs 4 pages of 1
+    Instance dry(diamond(), c, {4}, {0});
+    CHECK(dry.init(), "%s", dry.init_error.c_str());
+    dry.launch();
+    std::string msg = dry.message();
+    CHECK(dry.status == MPK_INVALID, "status %d", dry.status);
+    CHECK(msg.find("request 0 needs 4") != std::string::npos && msg.find("max_num_pages = 2") != std::string::npos,
+          "%s", msg.c_str());
+    for (int64_t p : dry.progress()) CHECK(p == 0, "a task ran");
+    printf("free pages run dry -> MPK_INVALID: \"%s\" %s\n", msg.c_str(), g_failures == before ? "PASS" : "FAIL");
+
+    const int before2 = g_failures;
+    Instance zero(diamond(), default_config(), {0}, {0});
+    CHECK(zero.init(), "%s", zero.init_error.c_str());
+    zero.launch();
+    msg = zero.message();
+    CHECK(zero.status == MPK_INVALID && msg.find("prompt_lengths[0] = 0") != std::string::npos, "%d %s", zero.status,
+          msg.c_str());
+    printf("prompt_lengths [0] -> MPK_INVALID at init_kernel: \"%s\" %s\n", msg.c_str(),
+           g_failures == before2 ? "PASS" : "FAIL");
+}
+
+static void test_kernel_exception() {
+    const int before = g_failures;
+    Graph g = chain(3);
+    g.add({3}, fake::THROW);
+    g.add({4});
+    MpkConfig c = default_config();
+    c.num_workers = 4;
+    Instance in(g, c);
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    in.launch();
+    const std::string msg = in.message();
+    CHECK(in.status == MPK_INTERNAL && msg.find("task 4") != std::string::npos &&
+              msg.find("injected failure") != std::string::npos, "%d %s", in.status, msg.c_str());
+    CHECK(in.progress()[5] == 0, "the consumer of the failed task ran");
+    printf("a kernel that throws -> MPK_INTERNAL, process alive: \"%s\" %s\n", msg.c_str(),
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+// ---- tests: watchdog
+
+static void test_hang() {
+    for (int variant = 0; variant < 2; ++variant) {
+        const int before = g_failures;
+        // event 1 needs 2 triggers but only task 1 triggers it: task 2 can never start.
+        Graph g;
+        g.add({});
+        g.add({1});
+        g.add({});  // an unrelated leaf that finishes
+        MpkConfig c = default_config();
+        c.watchdog_s = 0.3;
+        c.num_workers = variant ? 8 : 2;
+        c.num_local_schedulers = variant ? 3 : 1;
+        c.jitter = variant;
+        c.jitter_seed = 5;
+        Instance in(g, c);
+        in.built.events[1].num_triggers = 2;
+        CHECK(in.init(), "%s", in.init_error.c_str());
+        in.launch();
+        const std::string msg = in.message();
+        CHECK(in.status == MPK_HANG, "status %d", in.status);
+        CHECK(in.seconds >= c.watchdog_s && in.seconds < c.watchdog_s + 0.5, "HANG after %.3f s (watchdog_s %.2f)",
+              in.seconds, c.watchdog_s);
+        // Task 2 waits on event 1; the END pseudo task (position 4) may wait on END (event 2)
+        // too, unless it sits behind task 2 in the same queue.
+        int at_task2 = 0;
+        for (const MpkWorkerState& s : in.snapshot()) {
+            if (s.state != MPK_WORKER_WAITING) continue;
+            const bool task2 = s.task == 2 && s.event == 1 && s.counter == 1 && s.needed == 2;
+            const bool end = s.task == 4 && s.event == 2 && s.counter == 1 && s.needed == 2;
+            at_task2 += task2;
+            CHECK((task2 || end) && s.iteration == 1, "worker %d waits at task %lld event %d counter %lld/%lld",
+                  s.worker, (long long)s.task, s.event, (long long)s.counter, (long long)s.needed);
+        }
+        CHECK(at_task2 == 1, "%d workers wait at task 2", at_task2);
+        const std::vector<int64_t> p = in.progress(), e = in.counters();
+        CHECK(p[1] == 1 && p[2] == 0 && p[3] == 1, "progress %lld %lld %lld", (long long)p[1], (long long)p[2],
+              (long long)p[3]);
+        CHECK(e[1] == 1, "event 1 counter %lld", (long long)e[1]);
+        CHECK(msg.find("task 2 (iteration 1) on event 1: counter 1, needs 2") != std::string::npos, "%s", msg.c_str());
+        printf("missing trigger (%d workers, %d schedulers, jitter %d) -> MPK_HANG after %.3f s (watchdog_s 0.3): "
+               "\"%s\" %s\n", c.num_workers, c.num_local_schedulers, c.jitter, in.seconds, msg.c_str(),
+               g_failures == before ? "PASS" : "FAIL");
+    }
+}
+
+static void test_long_task_is_not_a_hang() {
+    const int before = g_failures;
+    Graph g;
+    g.add({});
+    g.add({1}, fake::SUM, 500000);  // 0.5 s = 2 x watchdog_s inside the kernel
+    g.add({2});
+    MpkConfig c = default_config();
+    c.watchdog_s = 0.25;
+    Instance in(g, c);
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    in.launch();
+    in.check_clean_run(1, "long task");
+    CHECK(in.seconds >= 0.5, "launch took %.3f s", in.seconds);
+    printf("one task sleeping 0.5 s with watchdog_s 0.25 -> MPK_OK in %.3f s %s\n", in.seconds,
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+// ---- tests: mpk_init validation
+
+static void test_init_rejects() {
+    const int before = g_failures;
+    struct Case {
+        const char* name;
+        const char* expect;
+        void (*mutate)(Instance&);
+    };
+    const Case cases[] = {
+        {"abi_version", "abi_version 99", [](Instance& in) { in.cfg.abi_version = 99; }},
+        {"num_workers 0", "num_workers = 0", [](Instance& in) { in.cfg.num_workers = 0; }},
+        {"num_local_schedulers 0", "num_local_schedulers = 0", [](Instance& in) { in.cfg.num_local_schedulers = 0; }},
+        {"num_tasks 1", "num_tasks = 1", [](Instance& in) { in.cfg.num_tasks = 1; }},
+        {"page_size 0", "page_size = 0", [](Instance& in) { in.cfg.page_size = 0; }},
+        {"dependent_event out of range", "dependent_event 9", [](Instance& in) { in.built.tasks[2].dependent_event = 9; }},
+        {"waits on event 0", "waits on event 0", [](Instance& in) { in.built.tasks[2].dependent_event = 0; }},
+        {"waits on END", "waits on END_OF_TASK_GRAPH", [](Instance& in) { in.built.tasks[2].dependent_event = 3; }},
+        {"trigger out of range", "trigger event 7", [](Instance& in) { in.built.tasks[1].trigger_events[0] = 7; }},
+        {"trigger after waiter", "task 4 triggers event 1, which task 2 waits on",
+         [](Instance& in) { in.built.tasks[4].trigger_events[in.built.tasks[4].num_triggers++] = 1; }},
+        {"END num_triggers", "num_triggers 5 but 1 task triggers", [](Instance& in) { in.built.events[3].num_triggers = 5; }},
+        {"no trigger", "num_triggers = 0", [](Instance& in) { in.built.tasks[2].num_triggers = 0; }},
+        {"too many triggers", "num_triggers = 9", [](Instance& in) { in.built.tasks[2].num_triggers = 9; }},
+        {"too many tiles", "at most 8 tiles", [](Instance& in) { in.built.tasks[2].num_inputs = 8; }},
+        {"tile tensor", "tensor 5 outside [0, 2)", [](Instance& in) { in.built.tasks[2].tiles[0].tensor = 5; }},
+        {"null tensor", "tensor_ptrs[1] is NULL", [](Instance& in) { in.tensors[1] = nullptr; }},
+        {"null meta", "meta tensor step is NULL", [](Instance& in) { in.meta_view.step = nullptr; }},
+        {"TERMINATE first", "tasks[0].task_type", [](Instance& in) { in.built.tasks[0].task_type = 100; }},
+    };
+    int rejected = 0;
+    for (const Case& k : cases) {
+        Instance in(diamond(), default_config());  // events: 0 TERM, 1 {1}, 2 {2,3}, 3 END
+        k.mutate(in);
+        const bool ok = in.init();
+        CHECK(!ok && in.init_error.find(k.expect) != std::string::npos, "%s: handle %p, message '%s'", k.name,
+              in.handle, in.init_error.c_str());
+        rejected += !ok;
+    }
+    char err[256];
+    CHECK(mpk_init(nullptr, nullptr, nullptr, nullptr, nullptr, err, sizeof err) == nullptr, "null config accepted");
+    printf("mpk_init rejects %d/%zu bad inputs with a message, e.g. \"%s\" %s\n", rejected, sizeof cases / sizeof cases[0], err,
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+// ---- tests: handles
+
+static void test_two_handles_concurrently() {
+    const int before = g_failures;
+    MpkConfig c = default_config();
+    c.num_workers = 4;
+    c.jitter = 1;
+    Instance a(random_dag(200, 1), c), b(random_dag(150, 2), c);
+    a.cfg.jitter_seed = 21;
+    b.cfg.jitter_seed = 22;
+    CHECK(a.init() && b.init(), "%s %s", a.init_error.c_str(), b.init_error.c_str());
+    for (int round = 0; round < 5; ++round) {
+        a.reset_buffers();  // same storage, poisoned again; step restored (a launch advances it)
+        b.reset_buffers();
+        a.meta.restore(a.cfg, {1}, {0});
+        b.meta.restore(b.cfg, {1}, {0});
+        std::thread ta([&] { a.launch(); });
+        std::thread tb([&] { b.launch(); });
+        ta.join();
+        tb.join();
+        a.check_clean_run(1, "handle a");
+        b.check_clean_run(1, "handle b");
+    }
+    printf("two handles of one module, 4 workers each, launched concurrently 5 times: both exact %s\n",
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+static void test_concurrent_launch_refused() {
+    const int before = g_failures;
+    Graph g;
+    g.add({}, fake::SUM, 200000);
+    Instance in(g, default_config());
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    std::thread t([&] { in.launch(); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK(mpk_launch(in.handle) == MPK_INVALID, "a second concurrent launch was accepted");
+    t.join();
+    in.check_clean_run(1, "first launch");
+    int64_t sizes[6];
+    CHECK(mpk_abi_sizes(sizes, 6) == 6 && sizes[1] == sizeof(MpkTask) && mpk_abi_version() == MPK_ABI_VERSION,
+          "abi sizes/version");
+    printf("a second mpk_launch on a running handle -> MPK_INVALID; abi sizes %lld %lld %lld %lld %lld %lld %s\n",
+           (long long)sizes[0], (long long)sizes[1], (long long)sizes[2], (long long)sizes[3], (long long)sizes[4],
+           (long long)sizes[5], g_failures == before ? "PASS" : "FAIL");
+}
+
+int main() {
+    const auto t0 = std::chrono::steady_clock::now();
+    test_topologies();
+    test_meta_default();
+    test_meta_multi_request();
+    test_meta_prefilled_step();
+    test_offline_loop();
+    test_offline_eos();
+    test_nothing_scheduled();
+    test_invalid_at_launch();
+    test_kernel_exception();
+    test_hang();
+    test_long_task_is_not_a_hang();
+    test_init_rejects();
+    test_two_handles_concurrently();
+    test_concurrent_launch_refused();
+    printf("%s: %d failure(s), %.2f s\n", g_failures ? "FAILED" : "All runtime tests passed", g_failures.load(),
+           seconds_since(t0));
+    return g_failures ? 1 : 0;
+}
