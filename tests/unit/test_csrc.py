@@ -1,0 +1,33 @@
+"""The C++ tests of the runtime protocol and the CPU kernels, run from pytest.
+
+The runtime test also runs under ThreadSanitizer and AddressSanitizer+UBSan, and with
+2-slot queues (the blocking-push path); each build prints one line per check.
+"""
+import os
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run(script: str, *args: str) -> str:
+    proc = subprocess.run(["bash", os.path.join(ROOT, "tests", "csrc", script), *args],
+                          capture_output=True, text=True, timeout=600)
+    print(proc.stdout[-3000:])
+    assert proc.returncode == 0, (f"{script} {args} failed (exit {proc.returncode}):\n"
+                                  f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["plain", "small", "thread", "address"])
+def test_runtime_protocol(mode):
+    out = _run("run_runtime_tests.sh", mode)
+    assert "All runtime tests passed: 0 failure(s)" in out
+    assert "WARNING: ThreadSanitizer" not in out and "ERROR: AddressSanitizer" not in out
+    assert "runtime error:" not in out      # UBSan
+
+
+def test_cpu_kernels():
+    out = _run("run_kernel_tests.sh")
+    assert "All kernel checks passed" in out
