@@ -6,11 +6,12 @@ compiles or runs anything. The helpers below are the shared vocabulary of those 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ..dtypes import DType
-from ..tensor import FUSED, DTensor
+from ..tensor import FUSED, DTensor, group_chunks
 
 NOT_SPLIT = -1
 AXES = "xyz"
@@ -55,9 +56,12 @@ def find_layer(method: str) -> Callable[..., Layer]:
     stem = method[: -len("_layer")]
     try:
         module = importlib.import_module(f"{__name__}.{stem}")
-    except ModuleNotFoundError:
-        raise AttributeError(f"PersistentKernel has no layer '{method}' "
-                             f"(no module mirage/mpk/layers/{stem}.py)") from None
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{stem}":
+            raise                         # the layer exists but one of its imports is missing
+        known = sorted(f"{m.name}_layer" for m in pkgutil.iter_modules(__path__) if m.name[0] != "_")
+        raise AttributeError(f"PersistentKernel has no layer '{method}' (no module mirage/mpk/layers/"
+                             f"{stem}.py); known layers: {', '.join(known)}") from None
     return getattr(module, method)
 
 
@@ -122,6 +126,8 @@ def check_splits(layer: str, grid: tuple[int, int, int], inputs: list[Access],
                     f"{shown}")
             if t.kind == FUSED and d != 0:
                 raise ValueError(f"layer '{layer}': fused tensor '{t.name}' can only be split on dim 0")
+        if t.kind == FUSED:
+            _check_fused_tiles(layer, acc, next((grid[a] for a, d in enumerate(acc.pmap) if d == 0), 1))
     for acc in outputs:
         if not acc.written:
             continue
@@ -130,3 +136,22 @@ def check_splits(layer: str, grid: tuple[int, int, int], inputs: list[Access],
                 raise ValueError(
                     f"layer '{layer}': grid_dim.{AXES[a]}={grid[a]} does not split output "
                     f"'{acc.tensor.name}'; its {grid[a]} tasks would write the same elements")
+
+
+def _check_fused_tiles(layer: str, acc: Access, parts: int) -> None:
+    """Each tile of a fused view must lie inside one input chunk: its kernel gets one pointer."""
+    t = acc.tensor
+    ends, end = [], 0
+    for _, _, rows in group_chunks(t.sources, t.num_groups):
+        end += rows
+        ends.append(end)
+    tile = t.dims[0] // parts
+    bad = next((e for e in ends if e % tile), None)
+    if bad is None:
+        return
+    n = t.dims[0]
+    ok = [g for g in range(1, n + 1) if n % g == 0 and all(e % (n // g) == 0 for e in ends)]
+    lo = bad // tile * tile
+    raise ValueError(f"layer '{layer}': tile rows [{lo}, {lo + tile}) of fused tensor '{t.name}' "
+                     f"({acc.role}, {n} rows split {parts} ways) straddle two inputs (a chunk ends at "
+                     f"row {bad}); grid sizes that keep tiles inside one input: {', '.join(map(str, ok))}")

@@ -1,0 +1,143 @@
+"""The watchdog: a stuck graph raises MPKHangError within watchdog_s + 1 s; a long task does not.
+
+The hang is made by one extra expected trigger on an event, added to the built graph
+before the runtime sees it (verify() would reject it, so it is skipped while that kernel
+compiles; monkeypatch.context() restores both functions right after).
+
+Run: pytest tests/runtime_python/test_mode/test_watchdog.py -s   (-s shows the TIMING lines)
+"""
+import time
+
+import pytest
+import torch
+
+from mirage.mpk import graph as graph_mod
+from mirage.mpk import testing
+from mirage.mpk.errors import MPKHangError
+from mirage.mpk.persistent_kernel import PersistentKernel
+
+BLOCK = (128, 1, 1)
+
+
+def new_pk(**kw) -> PersistentKernel:
+    params = PersistentKernel.get_default_init_parameters()
+    params.update(test_mode=True, num_workers=3, num_local_schedulers=2)   # no jitter: fixed placement
+    params.update(kw)
+    return PersistentKernel(**params)
+
+
+def hanging_kernel(monkeypatch, **kw) -> PersistentKernel:
+    """L0 (1 task) -> L1 (2 tasks, one shared event) -> L2 (2 tasks); L1's event expects one
+    trigger more than L0 gives, so L1 never starts and L2 waits on L1 forever.
+
+    Round-robin placement on 3 workers: worker 0 runs L0(0) then waits in L2(0); workers 1
+    and 2 wait in L1(0) and L1(1)."""
+    real_build = graph_mod.build
+
+    def build_with_lost_trigger(layers):
+        g = real_build(layers)
+        g.events[g.tasks[2].event].num_triggers += 1
+        return g
+
+    with monkeypatch.context() as m:
+        m.setattr(graph_mod, "build", build_with_lost_trigger)
+        m.setattr(graph_mod, "verify", lambda g: None)
+        m.delenv("MPK_SCHEDULE_JITTER", raising=False)     # the placement above assumes no jitter
+        pk = new_pk(**kw)
+        x = pk.attach_input(torch.randn(4, 8), name="x")
+        y = pk.new_tensor((4, 8), dtype=torch.float32, name="y")
+        z = pk.new_tensor((4, 8), dtype=torch.float32, name="z")
+        w = pk.attach_input(torch.zeros(4, 8), name="w")
+        pk.identity_layer(input=x, output=y, grid_dim=(1, 1, 1), block_dim=BLOCK)
+        pk.identity_layer(input=y, output=z, grid_dim=(2, 1, 1), block_dim=BLOCK)
+        pk.identity_layer(input=z, output=w, grid_dim=(2, 1, 1), block_dim=BLOCK)
+        pk.compile()
+    return pk
+
+
+def timed_hang(pk) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    with pytest.raises(MPKHangError) as e:
+        pk()
+    return time.perf_counter() - t0, str(e.value)
+
+
+def test_hang_is_reported_within_watchdog_plus_one_second(monkeypatch):
+    watchdog_s = 1.0
+    pk = hanging_kernel(monkeypatch, watchdog_s=watchdog_s)
+    g = pk.graph
+    e1, e2 = g.tasks[2].event, g.tasks[4].event           # L1's shared event; L2(0)'s event
+    elapsed, report = timed_hang(pk)
+    print(f"\nTIMING MPKHangError after {elapsed:.3f} s (watchdog_s = {watchdog_s:g})\n{report}")
+    assert watchdog_s <= elapsed < watchdog_s + 1.0
+    lines = report.splitlines()
+    assert lines[0].startswith("no progress for 1 s (watchdog_s; MPK_WATCHDOG_S)"), report
+    # each stuck worker: layer, grid coordinate, event, counter vs needed, unfinished producers
+    assert (f"  worker 0: waiting in layer 'identity_2' task (0, 0, 0), waits on event {e2} (counter 0, "
+            f"needs 1); unfinished producers: 'identity_1'(0, 0, 0)") in lines, report
+    assert (f"  worker 1: waiting in layer 'identity_1' task (0, 0, 0), waits on event {e1} (counter 1, "
+            f"needs 2); unfinished producers: none (a trigger was lost)") in lines, report
+    assert (f"  worker 2: waiting in layer 'identity_1' task (1, 0, 0), waits on event {e1} (counter 1, "
+            f"needs 2); unfinished producers: none (a trigger was lost)") in lines, report
+    assert "task 2 " not in report and "waits at task" not in report   # no raw task ids
+    pk.finalize()
+
+
+def test_mpk_watchdog_s_env_is_honoured(monkeypatch):
+    monkeypatch.setenv("MPK_WATCHDOG_S", "0.5")
+    pk = hanging_kernel(monkeypatch)
+    assert pk.watchdog_s == 0.5
+    elapsed, report = timed_hang(pk)
+    print(f"\nTIMING MPKHangError after {elapsed:.3f} s (MPK_WATCHDOG_S=0.5)")
+    assert 0.5 <= elapsed < 1.5 and report.startswith("no progress for 0.5 s"), (elapsed, report)
+    pk.finalize()
+
+
+def test_watchdog_s_argument_beats_the_env(monkeypatch):
+    monkeypatch.setenv("MPK_WATCHDOG_S", "100")
+    assert new_pk(watchdog_s=0.25).watchdog_s == 0.25
+    assert new_pk().watchdog_s == 100.0
+    monkeypatch.delenv("MPK_WATCHDOG_S")
+    assert new_pk().watchdog_s == 30.0                     # DESIGN 5 default
+
+
+def test_bad_mpk_watchdog_s_is_named(monkeypatch):
+    monkeypatch.setenv("MPK_WATCHDOG_S", "soon")
+    with pytest.raises(ValueError, match=r"MPK_WATCHDOG_S='soon' is not a number"):
+        new_pk()
+
+
+def _long_linear(x, w, watchdog_s):
+    """One linear task (the whole matmul) and a consumer layer whose 2 tasks wait on it."""
+    pk = new_pk(watchdog_s=watchdog_s)
+    xd, wd = pk.attach_input(x, name="x"), pk.attach_input(w, name="w")
+    y = pk.new_tensor((x.shape[0], w.shape[0]), dtype=torch.float32, name="y")
+    z = pk.attach_input(torch.zeros(x.shape[0], w.shape[0]), name="z")
+    pk.linear_layer(input=xd, weight=wd, output=y, grid_dim=(1, 1, 1), block_dim=BLOCK)
+    pk.identity_layer(input=y, output=z, grid_dim=(2, 1, 1), block_dim=BLOCK)
+    pk.compile()
+    return pk
+
+
+def test_one_long_task_does_not_trip_the_watchdog():
+    # 128 x 4096 @ 4096 x 4096 fp32 in one task: about 0.3 s on a 2-core CI machine.
+    # Measure it first with the watchdog off, then run it with watchdog_s a quarter of that,
+    # so the check holds on faster and slower machines alike.
+    g = testing.generator(3)
+    x, w = testing.randn((128, 4096), gen=g), testing.randn((4096, 4096), gen=g)
+    probe = _long_linear(x, w, watchdog_s=0)               # <= 0 disables the watchdog
+    t0 = time.perf_counter()
+    probe()
+    task_s = time.perf_counter() - t0
+    probe.finalize()
+    watchdog_s = max(task_s / 4, 0.01)
+    pk = _long_linear(x, w, watchdog_s=watchdog_s)
+    t0 = time.perf_counter()
+    pk()                                                   # must not raise MPKHangError
+    elapsed = time.perf_counter() - t0
+    print(f"\nTIMING one task ran {elapsed:.3f} s with watchdog_s = {watchdog_s:.3f} s")
+    assert elapsed > 2 * watchdog_s, "the task was not long enough to test the heartbeat"
+    ref = x.double() @ w.double().T
+    tol = testing.tol_linear(torch.float32, 4096, x.double().abs() @ w.double().abs().T)
+    testing.assert_close("long_linear.z", pk.get_tensor("z"), ref, tol)
+    pk.finalize()
