@@ -19,9 +19,9 @@ def doctor() -> int:
     print(f"mirage {mirage.__version__}, torch {torch.__version__}, python {sys.version.split()[0]}")
     for tool in (os.environ.get("MPK_CXX", "g++"), "nvcc"):
         path = shutil.which(tool)
-        lines = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.splitlines() \
-            if path else []
-        version = next((x for x in lines if "release" in x or "Build" in x), lines[0] if lines else "not found")
+        out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout if path else ""
+        lines = out.splitlines() or ["not found"]
+        version = next((x for x in lines if "release" in x), lines[0])
         print(f"{tool}: {path or '-'} ({version})")
     print(f"CUDA available to torch: {torch.cuda.is_available()}")
     print(f"get_configurations_from_gpu(0) = {mirage.get_configurations_from_gpu(0)}")

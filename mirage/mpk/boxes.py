@@ -13,9 +13,11 @@ Box = tuple[tuple[int, ...], tuple[int, ...]]   # (lo, hi), hi exclusive
 
 
 def intersect(a: Box, b: Box) -> Box | None:
-    lo = tuple(max(x, y) for x, y in zip(a[0], b[0]))
-    hi = tuple(min(x, y) for x, y in zip(a[1], b[1]))
-    return (lo, hi) if all(l < h for l, h in zip(lo, hi)) else None
+    lo, hi = tuple(map(max, a[0], b[0])), tuple(map(min, a[1], b[1]))
+    for low, high in zip(lo, hi):
+        if low >= high:
+            return None
+    return lo, hi
 
 
 def volume(b: Box) -> int:

@@ -67,7 +67,9 @@ def build_meta(p: dict, given: dict, device: torch.device) -> dict[str, torch.Te
                 raise ValueError(f"meta tensor '{key}' must be contiguous")
             meta[key] = t
         else:
-            # MPK fills these in test mode; the same defaults serve an offline run.
-            fill = p["max_num_batched_tokens"] if key == "prompt_lengths" else 0
+            # MPK fills these in test mode; the same defaults serve an offline run. A prompt can
+            # not exceed max_seq_length (init_kernel rejects it), and MPK's test-mode files set
+            # max_num_batched_tokens = batch with max_seq_length left at 1: clamp the default.
+            fill = min(p["max_num_batched_tokens"], p["max_seq_length"]) if key == "prompt_lengths" else 0
             meta[key] = torch.full(shape, fill, dtype=dtype, device=device)
     return meta
