@@ -5,7 +5,7 @@
 #pragma once
 #include <stdint.h>
 
-#define MPK_ABI_VERSION 1
+#define MPK_ABI_VERSION 2
 #define MPK_MAX_DIMS 4
 #define MPK_MAX_TILES 8      // inputs + outputs of one task
 #define MPK_MAX_TRIGGERS 8   // DESIGN 4.3: more than this and the graph builder coarsens
@@ -28,6 +28,14 @@
 #define MPK_NOTHING_SCHEDULED 2  // first prepare_next_batch scheduled no token
 #define MPK_INVALID 3            // bad config / arguments; see mpk_error_message
 #define MPK_INTERNAL 4
+
+// Fault injection (negative controls), active only in modules built with
+// -DMPK_FAULT_INJECTION; the other kinds (wrong tile, dropped dependency) are edits of the
+// task table made by the Python side and need no runtime code.
+#define MPK_FAULT_NONE 0
+#define MPK_FAULT_SKIP 1          // the task's kernel does not run (its events still fire)
+#define MPK_FAULT_PERTURB 2       // after the kernel, output 0 element += amount
+#define MPK_FAULT_NO_TRIGGER 3    // the task never triggers its events
 
 // Worker states in a snapshot.
 #define MPK_WORKER_IDLE 0         // waiting for its queue
@@ -102,6 +110,10 @@ typedef struct {
     int64_t eos_token_id;
     int32_t mpi_rank;
     int32_t world_size;
+    int32_t fault_kind;               // MPK_FAULT_*; ignored unless built with MPK_FAULT_INJECTION
+    int32_t fault_task;               // task position the fault hits
+    double fault_amount;              // MPK_FAULT_PERTURB: added to the element (in fp32)
+    int64_t fault_element;            // MPK_FAULT_PERTURB: row-major index inside output 0's tile
 } MpkConfig;
 
 // Per-worker state captured when a launch ends (always) or the watchdog fires.

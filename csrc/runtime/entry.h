@@ -4,6 +4,9 @@
 // Every entry point catches everything: no C++ exception crosses the C ABI. All state
 // lives in the handle mpk_init returns, so kernels sharing one loaded .so share nothing.
 #pragma once
+#if defined(MPK_FAULT_INJECTION) && !defined(MPK_PERTURB_OUTPUT)
+#error "runtime/entry.h: a fault-injection build needs MPK_PERTURB_OUTPUT from the generated code"
+#endif
 #ifndef MPK_EXECUTE_TASK
 #error "runtime/entry.h: define MPK_EXECUTE_TASK (the generated dispatcher) before including it"
 #endif
@@ -47,6 +50,15 @@ inline std::string validate(const MpkConfig* c, const MpkTask* tasks, const MpkE
                    c->max_num_batched_requests, c->max_num_batched_tokens, c->max_num_pages, c->total_num_requests);
     if (c->world_size < 1 || c->mpi_rank < 0 || c->mpi_rank >= c->world_size)
         return bad("mpi_rank %d / world_size %d", c->mpi_rank, c->world_size);
+
+    if (c->fault_kind < MPK_FAULT_NONE || c->fault_kind > MPK_FAULT_NO_TRIGGER)
+        return bad("fault_kind = %d is not an MPK_FAULT_* value", c->fault_kind);
+    if (c->fault_kind != MPK_FAULT_NONE && (c->fault_task < 1 || c->fault_task >= c->num_tasks))
+        return bad("fault_task = %d is outside the layer tasks 1..%d", c->fault_task, c->num_tasks - 1);
+#ifndef MPK_FAULT_INJECTION
+    if (c->fault_kind != MPK_FAULT_NONE)
+        return "a fault was requested but this module was built without MPK_FAULT_INJECTION";
+#endif
 
     if (!tensors) return "tensor_ptrs is NULL";
     for (int32_t i = 0; i < c->num_tensors; ++i)

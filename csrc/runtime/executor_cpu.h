@@ -257,8 +257,16 @@ template <class Exec> bool run_task(Kernel& k, int32_t pos, int64_t iteration, E
     view.meta = &k.meta;
     for (int32_t i = 0; i < t.num_inputs + t.num_outputs; ++i)
         view.ptrs[i] = static_cast<char*>(k.tensors[t.tiles[i].tensor]) + t.tiles[i].offset;
+#ifdef MPK_FAULT_INJECTION
+    const int32_t fault = pos == k.cfg.fault_task ? k.cfg.fault_kind : MPK_FAULT_NONE;
+#else
+    const int32_t fault = MPK_FAULT_NONE;
+#endif
     try {
-        exec(view);
+        if (fault != MPK_FAULT_SKIP) exec(view);
+#ifdef MPK_FAULT_INJECTION
+        if (fault == MPK_FAULT_PERTURB) MPK_PERTURB_OUTPUT(view, k.cfg.fault_element, k.cfg.fault_amount);
+#endif
     } catch (const std::exception& e) {
         k.fail_and_abort(MPK_INTERNAL, "task " + std::to_string(pos) + " (variant " + std::to_string(t.variant) +
                                            ", iteration " + std::to_string(iteration) + ") threw: " + e.what());
@@ -268,7 +276,8 @@ template <class Exec> bool run_task(Kernel& k, int32_t pos, int64_t iteration, E
                                            ", iteration " + std::to_string(iteration) + ") threw a non-std exception");
         return false;
     }
-    for (int32_t j = 0; j < t.num_triggers; ++j) atomic_add_release(&k.counters[t.trigger_events[j]], int64_t(1));
+    if (fault != MPK_FAULT_NO_TRIGGER)
+        for (int32_t j = 0; j < t.num_triggers; ++j) atomic_add_release(&k.counters[t.trigger_events[j]], int64_t(1));
     st_release(&k.progress[pos], iteration);
     return true;
 }

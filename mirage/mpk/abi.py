@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import ctypes as C
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 MAX_DIMS, MAX_TILES, MAX_TRIGGERS, NUM_IPARAMS, NUM_FPARAMS = 4, 8, 8, 4, 2
 TASK_TERMINATE, TASK_END_OF_TASK_GRAPH, TASK_FIRST_LAYER = 0, 1, 100
 EVENT_TYPES = {"termination": 0, "launch": 1, "end_of_task_graph": 2}
 OK, HANG, NOTHING_SCHEDULED, INVALID, INTERNAL = 0, 1, 2, 3, 4
 WORKER_STATES = {0: "idle", 1: "waiting", 2: "running", 3: "done"}
+FAULT_NONE, FAULT_SKIP, FAULT_PERTURB, FAULT_NO_TRIGGER = 0, 1, 2, 3
 
 
 class MpkTile(C.Structure):
@@ -45,7 +46,9 @@ class MpkConfig(C.Structure):
                 ("max_seq_length", C.c_int32), ("max_num_batched_requests", C.c_int32),
                 ("max_num_batched_tokens", C.c_int32), ("max_num_pages", C.c_int32),
                 ("page_size", C.c_int32), ("total_num_requests", C.c_int32),
-                ("eos_token_id", C.c_int64), ("mpi_rank", C.c_int32), ("world_size", C.c_int32)]
+                ("eos_token_id", C.c_int64), ("mpi_rank", C.c_int32), ("world_size", C.c_int32),
+                ("fault_kind", C.c_int32), ("fault_task", C.c_int32), ("fault_amount", C.c_double),
+                ("fault_element", C.c_int64)]
 
 
 class MpkWorkerState(C.Structure):

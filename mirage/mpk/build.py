@@ -41,12 +41,14 @@ def cache_dir() -> str:
     return os.environ.get("MPK_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "mirage-mpk")
 
 
-def flags(backend: str, test_mode: bool, sanitize: str) -> list[str]:
+def flags(backend: str, test_mode: bool, sanitize: str, fault_injection: bool = False) -> list[str]:
     if backend != "cpu":
         raise NotImplementedError("the CUDA backend's build is not implemented yet; use CPU tensors")
     f = ["-x", "c++", "-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-DMPK_BACKEND_CPU"]
     if test_mode:
         f.append("-DMPK_TEST_MODE")
+    if fault_injection:
+        f.append("-DMPK_FAULT_INJECTION")
     if sanitize:
         if sanitize not in SANITIZERS:
             raise ValueError(f"MPK_SANITIZE={sanitize!r}: expected one of {sorted(SANITIZERS)} or empty")
@@ -84,9 +86,10 @@ def cache_key(src: str, compiler: str, fl: list[str]) -> str:
     return h.hexdigest()
 
 
-def compile_module(src: str, backend: str = "cpu", test_mode: bool = True, sanitize: str = "") -> BuildResult:
+def compile_module(src: str, backend: str = "cpu", test_mode: bool = True, sanitize: str = "",
+                   fault_injection: bool = False) -> BuildResult:
     compiler = os.environ.get("MPK_CXX", "g++")
-    fl = flags(backend, test_mode, sanitize)
+    fl = flags(backend, test_mode, sanitize, fault_injection)
     key = cache_key(src, compiler, fl)
     root = cache_dir()
     final = os.path.join(root, key)

@@ -8,10 +8,11 @@ import os
 import torch
 
 from . import build as build_mod
-from . import codegen, written
+from . import codegen, faults, written
 from . import graph as graph_mod
 from .dtypes import DType, bfloat16, to_dtype
 from .errors import MPKRuntimeError
+from .faults import Fault
 from .layers import find_layer
 from .meta import build_meta
 from .runtime import Runtime
@@ -53,7 +54,8 @@ class PersistentKernel:
                  page_size: int = 1, meta_tensors: dict | None = None, profiler_tensor=None,
                  trace_name: str = "test_trace", spec_decode_config=None, use_cutlass_kernel: bool = False,
                  eos_token_id: int = -1, test_mode: bool = False, *, backend: str = "auto",
-                 watchdog_s: float | None = None, schedule_jitter: int | None = None):
+                 watchdog_s: float | None = None, schedule_jitter: int | None = None,
+                 fault: Fault | None = None):
         self.params = dict(mode=mode, world_size=world_size, mpi_rank=mpi_rank, num_workers=num_workers,
                            num_local_schedulers=num_local_schedulers,
                            num_remote_schedulers=num_remote_schedulers, max_seq_length=max_seq_length,
@@ -85,6 +87,7 @@ class PersistentKernel:
             schedule_jitter = int(env_jitter)
         self.schedule_jitter = schedule_jitter
         self.sanitize = os.environ.get("MPK_SANITIZE", "")
+        self.fault = fault if fault is not None else faults.from_env()
         self._given_meta = dict(meta_tensors or {})
         self.meta_tensors: dict[str, torch.Tensor] = {}
         self.tensors: dict[str, DTensor] = {}
@@ -268,12 +271,16 @@ class PersistentKernel:
             if t.data is None:
                 t.data = torch.zeros(t.dims, dtype=t.dtype.torch, device=self.device)
         variants = codegen.Variants(self.layers)
-        src = codegen.source(variants, backend)
+        if self.fault is not None:
+            faults.locate(self.fault, graph)         # a bad fault spec fails before compiling
+            log.info("fault injection: %s", self.fault)
+        injecting = self.fault is not None and self.fault.kind in faults.RUNTIME_KINDS
+        src = codegen.source(variants, backend, fault_injection=injecting)
         if kwargs.get("output_dir"):
             self.output_files = codegen.write_outputs(kwargs["output_dir"], self.mpi_rank, src,
                                                       codegen.task_graph_json(graph, variants))
             log.info("wrote %s and %s", *self.output_files)
-        self.build = build_mod.compile_module(src, backend, self.test_mode, self.sanitize)
+        self.build = build_mod.compile_module(src, backend, self.test_mode, self.sanitize, injecting)
         p = self.params
         config = dict(num_workers=p["num_workers"], num_local_schedulers=p["num_local_schedulers"],
                       test_mode=int(self.test_mode), jitter=int(self.schedule_jitter is not None),
@@ -283,7 +290,7 @@ class PersistentKernel:
                       max_num_batched_tokens=p["max_num_batched_tokens"], max_num_pages=p["max_num_pages"],
                       page_size=p["page_size"], total_num_requests=meta["tokens"].shape[0],
                       eos_token_id=p["eos_token_id"], mpi_rank=self.mpi_rank, world_size=self.world_size)
-        self._runtime = Runtime(self.build.path, graph, variants, self._table(), meta, config)
+        self._runtime = Runtime(self.build.path, graph, variants, self._table(), meta, config, self.fault)
         self.meta_tensors = meta
         self.graph = graph
 

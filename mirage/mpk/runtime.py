@@ -10,9 +10,10 @@ import ctypes as C
 
 import torch
 
-from . import abi
+from . import abi, faults
 from .codegen import Variants
 from .errors import MPKHangError, MPKRuntimeError
+from .faults import Fault
 from .graph import Graph
 from .tensor import DTensor
 
@@ -39,9 +40,24 @@ def _task_struct(task, variants: Variants) -> abi.MpkTask:
     return s
 
 
+def _inject(fault: Fault, graph: Graph, tasks, config: dict) -> None:
+    """Runtime kinds go to the config; table kinds edit the faulted task's entry."""
+    victim = faults.locate(fault, graph)
+    if fault.kind in faults.RUNTIME_KINDS:
+        config.update(fault_kind=faults.RUNTIME_KINDS[fault.kind], fault_task=victim,
+                      fault_amount=fault.amount, fault_element=fault.element)
+    elif fault.kind == "drop_dependency":
+        tasks[victim].dependent_event = -1
+    else:  # wrong_tile: write where the neighbour writes, leaving the own tile unwritten
+        other = tasks[faults.neighbour(graph, victim)]
+        first_out = tasks[victim].num_inputs
+        for j in range(tasks[victim].num_outputs):
+            tasks[victim].tiles[first_out + j].offset = other.tiles[first_out + j].offset
+
+
 class Runtime:
     def __init__(self, so_path: str, graph: Graph, variants: Variants, tensors: list[DTensor],
-                 meta: dict[str, torch.Tensor], config: dict):
+                 meta: dict[str, torch.Tensor], config: dict, fault: Fault | None = None):
         self.graph = graph
         self.lib = C.CDLL(so_path)
         abi.declare(self.lib)
@@ -51,6 +67,9 @@ class Runtime:
         tasks[0].dependent_event = -1
         for t in graph.tasks[1:]:
             tasks[t.id] = _task_struct(t, variants)
+        config = dict(config)
+        if fault is not None:
+            _inject(fault, graph, tasks, config)
         events = (abi.MpkEvent * len(graph.events))()
         for e in graph.events:
             events[e.id] = abi.MpkEvent(abi.EVENT_TYPES[e.kind], e.num_triggers,

@@ -1,0 +1,80 @@
+"""Fault injection for negative controls: prove each check catches the fault it exists for.
+
+    PersistentKernel(..., fault=Fault("perturb", "linear_1", (0, 0, 0), amount=1e-3))
+    MPK_FAULT=perturb:linear_1:0,0,0:1e-3      (kind:layer:x,y,z[:amount[:element]])
+
+kinds: skip        the task's kernel does not run (its events still fire)
+       perturb     output 0's element `element` (row-major in the tile) += amount
+       no_trigger  the task never triggers its events (consumers starve: the watchdog fires)
+       wrong_tile  the task's output tiles move to its neighbour's (the previous one for the
+                   last task of the layer); its own tile stays unwritten
+       drop_dependency  the task waits on nothing
+The first three run in the runtime and are compiled in only when a fault is requested
+(-DMPK_FAULT_INJECTION, a separate cache entry); the last two edit the task table.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from . import abi
+
+RUNTIME_KINDS = {"skip": abi.FAULT_SKIP, "perturb": abi.FAULT_PERTURB, "no_trigger": abi.FAULT_NO_TRIGGER}
+TABLE_KINDS = ("wrong_tile", "drop_dependency")
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    layer: str
+    task: tuple[int, int, int] = (0, 0, 0)
+    amount: float = 0.0
+    element: int = 0
+
+    def __post_init__(self):
+        if self.kind not in RUNTIME_KINDS and self.kind not in TABLE_KINDS:
+            raise ValueError(f"fault kind {self.kind!r}: expected one of "
+                             f"{sorted(RUNTIME_KINDS) + list(TABLE_KINDS)}")
+
+
+def from_env() -> Fault | None:
+    raw = os.environ.get("MPK_FAULT", "")
+    if not raw:
+        return None
+    parts = raw.split(":")
+    try:
+        coord = tuple(int(c) for c in parts[2].split(",")) if len(parts) > 2 else (0, 0, 0)
+        coord = coord + (0,) * (3 - len(coord))
+        amount = float(parts[3]) if len(parts) > 3 else 0.0
+        element = int(parts[4]) if len(parts) > 4 else 0
+        return Fault(parts[0], parts[1], coord, amount, element)
+    except (IndexError, ValueError) as e:
+        raise ValueError(f"MPK_FAULT={raw!r}: expected kind:layer:x,y,z[:amount[:element]] ({e})") from None
+
+
+def locate(fault: Fault, graph) -> int:
+    """The faulted task's id, with the fault checked against the graph."""
+    tasks = [t for t in graph.tasks[1:] if t.layer.name == fault.layer]
+    if not tasks:
+        raise ValueError(f"fault: no layer named '{fault.layer}'; layers: "
+                         f"{[layer.name for layer in graph.layers]}")
+    task = next((t for t in tasks if t.coord == tuple(fault.task)), None)
+    if task is None:
+        raise ValueError(f"fault: layer '{fault.layer}' has grid {tasks[0].layer.grid}; no task {fault.task}")
+    if fault.kind == "wrong_tile" and len(tasks) == 1:
+        raise ValueError(f"fault wrong_tile: layer '{fault.layer}' has a grid of 1, so there is no "
+                         f"neighbouring tile to write")
+    if fault.kind == "perturb":
+        n = 1
+        for d in task.outputs[0].dims:
+            n *= d
+        if not 0 <= fault.element < n:
+            raise ValueError(f"fault perturb: element {fault.element} is outside output tile of {n} elements")
+    return task.id
+
+
+def neighbour(graph, task_id: int) -> int:
+    """The next task of the same layer, or the previous one for the last."""
+    layer = graph.tasks[task_id].layer
+    nxt = task_id + 1
+    return nxt if nxt < len(graph.tasks) and graph.tasks[nxt].layer is layer else task_id - 1
