@@ -55,6 +55,11 @@ def _inject(fault: Fault, graph: Graph, tasks, config: dict) -> None:
             tasks[victim].tiles[first_out + j].offset = other.tiles[first_out + j].offset
 
 
+def _names(tasks: list, limit: int = 8) -> str:
+    shown = ", ".join(f"'{t.layer.name}'{t.coord}" for t in tasks[:limit])
+    return shown + (f" (+{len(tasks) - limit} more)" if len(tasks) > limit else "")
+
+
 class Runtime:
     def __init__(self, so_path: str, graph: Graph, variants: Variants, tensors: list[DTensor],
                  meta: dict[str, torch.Tensor], config: dict, fault: Fault | None = None):
@@ -131,11 +136,14 @@ class Runtime:
             task = g.tasks[w.task]
             line = f"  worker {w.worker}: {state} in layer '{task.layer.name}' task {task.coord}"
             if w.state == 1 and w.event >= 0:
-                late = [g.tasks[p] for p in g.triggers_of(w.event) if progress[p] < w.iteration]
-                late_txt = ", ".join(f"'{p.layer.name}'{p.coord}" for p in late[:8])
-                more = f" (+{len(late) - 8} more)" if len(late) > 8 else ""
-                line += (f", waits on event {w.event} (counter {w.counter}, needs {w.needed}); "
-                         f"unfinished producers: {late_txt or 'none (a trigger was lost)'}{more}")
+                producers = [g.tasks[p] for p in g.triggers_of(w.event)]
+                late = [p for p in producers if progress[p.id] < w.iteration]
+                line += f", waits on event {w.event} (counter {w.counter}, needs {w.needed}); "
+                if late:
+                    line += f"unfinished producers: {_names(late)}"
+                else:
+                    line += (f"all {len(producers)} producers finished ({_names(producers)}) but a trigger "
+                             f"never arrived")
             lines.append(line)
         return "\n".join(lines)
 

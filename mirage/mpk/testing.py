@@ -90,6 +90,27 @@ def _fmt_index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(idx))
 
 
+@dataclass
+class Comparison:
+    """Element-wise result of comparing actual with expected under a tolerance (float64)."""
+    diff: torch.Tensor        # |actual - expected|; inf where exactly one side is NaN
+    allowed: torch.Tensor     # atol + rtol * |expected|
+    bad: torch.Tensor         # diff > allowed
+
+    @property
+    def n_bad(self) -> int:
+        return int(self.bad.sum())
+
+
+def compare(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> Comparison:
+    a64, e64 = actual.double(), expected.double()
+    allowed = torch.as_tensor(tol.atol, dtype=torch.float64) + tol.rtol * e64.abs()
+    diff = (a64 - e64).abs()
+    diff = torch.where((a64 == e64) | (a64.isnan() & e64.isnan()), 0.0, diff)   # equal infs, both NaN
+    diff = torch.where(a64.isnan() ^ e64.isnan(), math.inf, diff)
+    return Comparison(diff, allowed.expand_as(diff), diff > allowed)
+
+
 def assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance,
                  context: str = "") -> None:
     """Compare in float64 and print one evidence line, pass or fail; raise on failure."""
@@ -100,34 +121,89 @@ def assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: T
             line = f"EVIDENCE {name} {actual.dtype} {tuple(actual.shape)} - - - - - FAIL"
             print(line, flush=True)
             raise AssertionError(f"'{name}': the values for attribute '{attr}' do not match: {a} != {e}")
-    a64, e64 = actual.double(), expected.double()
-    allowed = torch.as_tensor(tol.atol, dtype=torch.float64) + tol.rtol * e64.abs()
-    diff = (a64 - e64).abs()
-    diff = torch.where((a64 == e64) | (a64.isnan() & e64.isnan()), 0.0, diff)   # equal infs, both NaN
-    diff = torch.where(a64.isnan() ^ e64.isnan(), math.inf, diff)
-    bad = diff > allowed
+    c = compare(actual, expected, tol)
+    diff, e64 = c.diff, expected.double()
     rel = diff / e64.abs().clamp_min(torch.finfo(torch.float64).tiny)
     worst = int(diff.argmax()) if diff.numel() else 0
     max_abs = float(diff.max()) if diff.numel() else 0.0
     max_rel = float(rel.max()) if rel.numel() else 0.0
     atol_shown = float(torch.as_tensor(tol.atol).max())
-    n_bad = int(bad.sum())
+    n_bad = c.n_bad
     verdict = "PASS" if n_bad == 0 else "FAIL"
     shape = tuple(actual.shape)
     print(f"EVIDENCE {name} {str(actual.dtype).replace('torch.', '')} {shape} max_abs={max_abs:.3e} "
           f"max_rel={max_rel:.3e} atol={atol_shown:.3e} rtol={tol.rtol:.3e} "
           f"worst_index={_fmt_index(worst, shape)} {verdict}", flush=True)
     if n_bad:
-        first = int(bad.flatten().nonzero()[0])
+        first = int(c.bad.flatten().nonzero()[0])
         idx = _fmt_index(first, shape)
-        allowed_at = float(allowed.flatten()[first]) if allowed.numel() > 1 else float(allowed)
         raise AssertionError(
             f"'{name}' is not close ({str(actual.dtype).replace('torch.', '')}, {shape}){context}!\n"
             f"Mismatched elements: {n_bad} / {actual.numel()} ({100.0 * n_bad / actual.numel():.1f}%)\n"
             f"Greatest absolute difference: {max_abs:.6g} at index {_fmt_index(worst, shape)}\n"
-            f"First mismatch at {idx}: actual {float(a64.flatten()[first]):.6g}, expected "
-            f"{float(e64.flatten()[first]):.6g}, allowed {allowed_at:.3g}\n"
+            f"First mismatch at {idx}: actual {float(actual.flatten()[first].double()):.6g}, expected "
+            f"{float(e64.flatten()[first]):.6g}, allowed {float(c.allowed.flatten()[first]):.3g}\n"
             f"Tolerance budget: {tol.why}; seed: MPK_SEED={seed()}")
+
+
+def check_output(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance,
+                 checks=(FINITE, NONZERO, DIFFERS_FROM_INPUT), inputs: tuple[torch.Tensor, ...] = ()) -> None:
+    """The one call per compared tensor: the evidence line, then one line per non-vacuity check."""
+    assert_close(name, actual, expected, tol)
+    check_nonvacuous(name, actual, checks, inputs, reference=expected)
+
+
+def _diverging(pk, references: dict, tolerances: dict):
+    """(layer, output index, tensor name, Comparison) for each compared output, in program order."""
+    for layer in pk.layers:
+        for k, acc in enumerate(layer.outputs):
+            name = acc.tensor.name
+            if acc.written and name in references:
+                yield layer, k, name, compare(pk.get_tensor(name), references[name], tolerances[name])
+
+
+def first_divergence(pk, references: dict[str, torch.Tensor], tolerances: dict[str, Tolerance]) -> str | None:
+    """Report the first layer (topological order) whose output leaves its tolerance, or None.
+
+    references / tolerances: per tensor name, the expected final value of that tensor. The
+    report names the layer, the grid coordinates of its bad tiles and the worst element."""
+    checked, report, later = 0, None, []
+    for layer, k, name, c in _diverging(pk, references, tolerances):
+        if not c.n_bad:
+            checked += 1 if report is None else 0
+            continue
+        if report is not None:
+            later.append(layer.name)
+            continue
+        tiles = []
+        for task in pk.graph.layer_tasks(layer):
+            region = c.bad[tuple(slice(lo, hi) for lo, hi in zip(*task.outputs[k].box))]
+            if region.any():
+                tiles.append(f"{task.coord}: {int(region.sum())}/{region.numel()}")
+        out = pk.get_tensor(name)
+        worst = int(c.diff.argmax())
+        idx = _fmt_index(worst, tuple(out.shape))
+        report = (f"first divergent layer: '{layer.name}' (the {checked} compared output(s) before it "
+                  f"agree)\n"
+                  f"  output '{name}' ({str(out.dtype)[6:]}, {tuple(out.shape)}): {c.n_bad} / {out.numel()} "
+                  f"elements outside tolerance\n"
+                  f"  bad tiles (grid coordinate: bad/total): {'; '.join(tiles[:16])}"
+                  f"{' ...' if len(tiles) > 16 else ''}\n"
+                  f"  worst element {idx}: actual {float(out.flatten()[worst]):.6g}, expected "
+                  f"{float(references[name].flatten()[worst]):.6g}, "
+                  f"allowed {float(c.allowed.flatten()[worst]):.3g}")
+    if report is not None and later:
+        report += f"\n  later layers that diverge too: {', '.join(later)}"
+    return report
+
+
+def assert_no_divergence(pk, references: dict[str, torch.Tensor], tolerances: dict[str, Tolerance]) -> None:
+    """Compare every intermediate with its reference; print and raise the first divergence."""
+    report = first_divergence(pk, references, tolerances)
+    agree = f"DIVERGENCE none: {len(references)} tensors agree"
+    print(f"DIVERGENCE {report}" if report else agree, flush=True)
+    if report:
+        raise AssertionError(report)
 
 
 def _nonvacuous_line(name: str, check: str, ok: bool, detail: str = "") -> None:

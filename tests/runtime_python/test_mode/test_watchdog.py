@@ -76,9 +76,11 @@ def test_hang_is_reported_within_watchdog_plus_one_second(monkeypatch):
     assert (f"  worker 0: waiting in layer 'identity_2' task (0, 0, 0), waits on event {e2} (counter 0, "
             f"needs 1); unfinished producers: 'identity_1'(0, 0, 0)") in lines, report
     assert (f"  worker 1: waiting in layer 'identity_1' task (0, 0, 0), waits on event {e1} (counter 1, "
-            f"needs 2); unfinished producers: none (a trigger was lost)") in lines, report
+            f"needs 2); all 1 producers finished ('identity_0'(0, 0, 0)) but a trigger never arrived") \
+        in lines, report
     assert (f"  worker 2: waiting in layer 'identity_1' task (1, 0, 0), waits on event {e1} (counter 1, "
-            f"needs 2); unfinished producers: none (a trigger was lost)") in lines, report
+            f"needs 2); all 1 producers finished ('identity_0'(0, 0, 0)) but a trigger never arrived") \
+        in lines, report
     assert "task 2 " not in report and "waits at task" not in report   # no raw task ids
     pk.finalize()
 
