@@ -127,7 +127,7 @@ def assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: T
     worst = int(diff.argmax()) if diff.numel() else 0
     max_abs = float(diff.max()) if diff.numel() else 0.0
     max_rel = float(rel.max()) if rel.numel() else 0.0
-    atol_shown = float(torch.as_tensor(tol.atol).max())
+    atol_shown = float(torch.as_tensor(tol.atol, dtype=torch.float64).max())
     n_bad = c.n_bad
     verdict = "PASS" if n_bad == 0 else "FAIL"
     shape = tuple(actual.shape)

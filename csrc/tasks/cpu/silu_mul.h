@@ -13,6 +13,14 @@
 namespace mpk {
 
 // ---- kernel
+// g / (1 + exp(-g)) overflows exp for g < -88.7 and returns -0; for g < 0 the same value is
+// g * e / (1 + e) with e = exp(g), which stays finite and tiny as the reference does.
+inline float silu(float g) {
+    if (g >= 0.0f) return g / (1.0f + expf(-g));
+    const float e = expf(g);
+    return g * e / (1.0f + e);
+}
+
 template <typename T>
 void silu_mul_kernel(const T* x, Tile2D xt, T* y, Tile2D yt) {
     const int64_t m = yt.cols;
@@ -22,7 +30,7 @@ void silu_mul_kernel(const T* x, Tile2D xt, T* y, Tile2D yt) {
         T* yb = y + b * yt.row_stride;
         for (int64_t j = 0; j < m; ++j) {
             const float g = to_float(gate[j * xt.col_stride]);
-            yb[j * yt.col_stride] = from_float<T>(g / (1.0f + expf(-g)) * to_float(up[j * xt.col_stride]));
+            yb[j * yt.col_stride] = from_float<T>(silu(g) * to_float(up[j * xt.col_stride]));
         }
     }
 }

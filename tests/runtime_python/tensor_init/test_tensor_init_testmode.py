@@ -1,0 +1,104 @@
+"""tensor_init_layer in test mode: `input` becomes exactly zero, several workers, schedule jitter.
+
+Run: python tests/runtime_python/tensor_init/test_tensor_init_testmode.py   (or pytest this file)
+"""
+import os
+import sys
+
+import pytest
+import torch
+
+from mirage.mpk import testing
+from mirage.mpk.layers import NONZERO
+from mirage.mpk.persistent_kernel import PersistentKernel
+
+ref = testing.load_reference(__file__)
+identity_ref = testing.load_reference(os.path.join(os.path.dirname(__file__), "..", "identity", "x.py"))
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+# (batch, hidden, (grid.x, grid.y)): grid.x splits rows, grid.y splits columns
+CASES = [
+    (8, 96, (8, 1)),            # one-row tiles
+    (6, 64, (3, 4)),            # 2-D grid, non-power-of-two row split
+    (1, 7, (1, 7)),             # one-column tiles
+    (5, 3, (5, 3)),             # 1x1 tiles
+    (12, 4096, (6, 2)),         # a real hidden size
+]
+
+
+def run_case(dtype, batch, hidden, grid, jitter, output_dir=None):
+    gen = testing.generator(offset=batch * 100003 + hidden * 41 + grid[1])
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter))
+    x = testing.randn((batch, hidden), dtype, gen)            # starts random: zero must be written
+    dummy_in = testing.randn((batch, hidden), dtype, gen)
+    dummy_out = testing.randn((2, 3), dtype, gen)              # declared, never written
+    x_before, dummy_out_before = x.clone(), dummy_out.clone()
+    x_dt = pk.attach_input(x, name="x")
+    di_dt, do_dt = pk.attach_input(dummy_in, name="dummy_in"), pk.attach_input(dummy_out, name="dummy_out")
+    pk.tensor_init_layer(input=x_dt, dummy_input=di_dt, dummy_output=do_dt, grid_dim=(grid[0], grid[1], 1),
+                         block_dim=(128, 1, 1))
+    pk.compile(output_dir=output_dir)
+    pk()
+    expected = ref.tensor_init(x_before)
+    name = f"tensor_init[{str(dtype)[6:]},{batch}x{hidden},grid={grid},jitter={jitter}]"
+    testing.check_nonvacuous(f"{name}.input_before_run", x_before, (NONZERO,))
+    testing.assert_close(name, x, expected, testing.tol_elementwise(dtype))   # zero up to tiny/2: exact
+    testing.check_nonvacuous(name, x, pk.layers[0].checks, inputs=(x_before,))
+    assert torch.equal(dummy_out, dummy_out_before), f"{name}: dummy_output was modified"
+    pk.finalize()
+    return pk
+
+
+def _jitter(dtype, case) -> int:
+    return 6 + 10 * CASES.index(case) + DTYPES.index(dtype)    # a different schedule per case
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}x{c[1]}-grid{c[2][0]}x{c[2][1]}")
+def test_tensor_init(dtype, case, tmp_path):
+    run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=str(tmp_path))
+
+
+def run_ordering(output_dir=None):
+    """tensor_init waits for every task that writes its dummy_input, and nothing else orders it."""
+    dtype = torch.float32
+    gen = testing.generator(offset=77)
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=99))
+    src = testing.randn((6, 8), dtype, gen)
+    mid = torch.zeros(6, 8, dtype=dtype)
+    x = testing.randn((4, 5), dtype, gen)
+    spare = torch.zeros(1, dtype=dtype)
+    src_dt, mid_dt = pk.attach_input(src, name="src"), pk.attach_input(mid, name="mid")
+    x_dt, spare_dt = pk.attach_input(x, name="x"), pk.attach_input(spare, name="spare")
+    pk.identity_layer(input=src_dt, output=mid_dt, grid_dim=(3, 2, 1), block_dim=(128, 1, 1))
+    pk.tensor_init_layer(input=x_dt, dummy_input=mid_dt, dummy_output=spare_dt, grid_dim=(2, 5, 1),
+                         block_dim=(128, 1, 1))
+    pk.compile(output_dir=output_dir)
+    producers = {t.id for t in pk.graph.layer_tasks(pk.layers[0])}
+    for task in pk.graph.layer_tasks(pk.layers[1]):
+        waits_for = set(pk.graph.triggers_of(task.event)) if task.event > 0 else set()
+        assert waits_for == producers, (f"tensor_init task {task.label} waits for tasks {sorted(waits_for)}, "
+                                        f"expected every writer of its dummy_input {sorted(producers)}")
+    print(f"ORDER tensor_init: each of {pk.layers[1].num_tasks} tasks waits on one event triggered by all "
+          f"{len(producers)} tasks of {pk.layers[0].name} (the dummy_input's producer) PASS")
+    pk()
+    tol = testing.tol_elementwise(dtype)
+    testing.assert_close("ordering.identity.mid", mid, identity_ref.identity(src), tol)
+    testing.assert_close("ordering.tensor_init.x", x, ref.tensor_init(x), tol)
+    pk.finalize()
+    return pk
+
+
+def test_tensor_init_orders_after_dummy_input_producer(tmp_path):
+    run_ordering(output_dir=str(tmp_path))
+
+
+if __name__ == "__main__":
+    out_dir = os.environ.get("MPK_OUTPUT_DIR", "./test_output")
+    for dtype in DTYPES:
+        for case in CASES:
+            pk = run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=out_dir)
+    pk = run_ordering(output_dir=out_dir)
+    print(f"generated code and task graph: {pk.output_files[0]}, {pk.output_files[1]}")
+    print("All tensor_init test-mode cases PASS")
+    sys.exit(0)
