@@ -272,6 +272,20 @@ def load_reference(test_file: str, name: str = "pytorch_reference"):
     return module
 
 
+def run_cases_as_script(name: str, run_case, dtypes, cases, jitter=None, extra=()) -> None:
+    """`python test_<layer>_testmode.py`: every (dtype, case), output in ./test_output (or
+    MPK_OUTPUT_DIR); any failure raises, so the script exits non-zero."""
+    out_dir = os.environ.get("MPK_OUTPUT_DIR", "./test_output")
+    for fn in extra:
+        fn()
+    for dtype in dtypes:
+        for case in cases:
+            kw = {"jitter": jitter(dtype, case)} if jitter else {}
+            pk = run_case(dtype, *case, output_dir=out_dir, **kw)
+    print(f"generated code and task graph: {pk.output_files[0]}, {pk.output_files[1]}")
+    print(f"All {name} test-mode cases PASS")
+
+
 def cpu_config(jitter_seed: int | None = 0, **overrides) -> dict:
     """MPK default params for a test-mode run with several workers and (by default) jitter."""
     import mirage

@@ -2,8 +2,6 @@
 
 Run: python tests/runtime_python/elementwise_add/test_elementwise_add_testmode.py   (or pytest this file)
 """
-import os
-import sys
 
 import pytest
 import torch
@@ -39,8 +37,8 @@ def run_case(dtype, batch, hidden, grid, jitter, output_dir=None):
     expected = ref.elementwise_add(a, b)
     scale = a.double().abs() + b.double().abs()
     name = f"elementwise_add[{str(dtype)[6:]},{batch}x{hidden},grid={grid},jitter={jitter}]"
-    testing.assert_close(name, out, expected, testing.tol_elementwise(dtype, scale))
-    testing.check_nonvacuous(name, out, pk.layers[0].checks, inputs=(a, b), reference=expected)
+    testing.check_output(name, out, expected, testing.tol_elementwise(dtype, scale), pk.layers[0].checks,
+                         (a, b))
     pk.finalize()
     return pk
 
@@ -56,10 +54,4 @@ def test_elementwise_add(dtype, case, tmp_path):
 
 
 if __name__ == "__main__":
-    out_dir = os.environ.get("MPK_OUTPUT_DIR", "./test_output")
-    for dtype in DTYPES:
-        for case in CASES:
-            pk = run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=out_dir)
-    print(f"generated code and task graph: {pk.output_files[0]}, {pk.output_files[1]}")
-    print("All elementwise_add test-mode cases PASS")
-    sys.exit(0)
+    testing.run_cases_as_script("elementwise_add", run_case, DTYPES, CASES, _jitter)

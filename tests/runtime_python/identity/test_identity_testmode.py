@@ -2,8 +2,6 @@
 
 Run: python tests/runtime_python/identity/test_identity_testmode.py   (or pytest this file)
 """
-import os
-import sys
 
 import pytest
 import torch
@@ -54,10 +52,4 @@ def test_identity(dtype, case, tmp_path):
 
 
 if __name__ == "__main__":
-    out_dir = os.environ.get("MPK_OUTPUT_DIR", "./test_output")
-    for dtype in DTYPES:
-        for case in CASES:
-            pk = run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=out_dir)
-    print(f"generated code and task graph: {pk.output_files[0]}, {pk.output_files[1]}")
-    print("All identity test-mode cases PASS")
-    sys.exit(0)
+    testing.run_cases_as_script("identity", run_case, DTYPES, CASES, _jitter)

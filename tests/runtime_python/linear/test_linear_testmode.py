@@ -2,8 +2,6 @@
 
 Run: python tests/runtime_python/linear/test_linear_testmode.py   (or pytest this file)
 """
-import os
-import sys
 
 import pytest
 import torch
@@ -39,8 +37,8 @@ def run_case(dtype, batch, k, n, grid, jitter, output_dir=None):
     expected = ref.linear(x, w)
     scale = x.double().abs() @ w.double().abs().T            # sum_k |x_bk * w_nk| per output
     name = f"linear[{str(dtype)[6:]},{batch}x{k}->{n},grid={grid},jitter={jitter}]"
-    testing.assert_close(name, out, expected, testing.tol_linear(dtype, k, scale))
-    testing.check_nonvacuous(name, out, pk.layers[0].checks, inputs=(x, w), reference=expected)
+    testing.check_output(name, out, expected, testing.tol_linear(dtype, k, scale), pk.layers[0].checks,
+                         (x, w))
     pk.finalize()
     return pk
 
@@ -56,10 +54,4 @@ def test_linear(dtype, case, tmp_path):
 
 
 if __name__ == "__main__":
-    out_dir = os.environ.get("MPK_OUTPUT_DIR", "./test_output")
-    for dtype in DTYPES:
-        for case in CASES:
-            pk = run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=out_dir)
-    print(f"generated code and task graph: {pk.output_files[0]}, {pk.output_files[1]}")
-    print("All linear test-mode cases PASS")
-    sys.exit(0)
+    testing.run_cases_as_script("linear", run_case, DTYPES, CASES, _jitter)

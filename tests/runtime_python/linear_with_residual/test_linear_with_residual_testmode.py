@@ -3,8 +3,6 @@
 Run: python tests/runtime_python/linear_with_residual/test_linear_with_residual_testmode.py
      (or pytest this file)
 """
-import os
-import sys
 
 import pytest
 import torch
@@ -41,8 +39,8 @@ def run_case(dtype, batch, k, n, grid, jitter, output_dir=None):
     expected = ref.linear_with_residual(x, w, residual)
     scale = x.double().abs() @ w.double().abs().T + residual.double().abs()
     name = f"linear_with_residual[{str(dtype)[6:]},{batch}x{k}->{n},grid={grid},jitter={jitter}]"
-    testing.assert_close(name, out, expected, testing.tol_linear(dtype, k + 1, scale))
-    testing.check_nonvacuous(name, out, pk.layers[0].checks, inputs=(x, w, residual), reference=expected)
+    testing.check_output(name, out, expected, testing.tol_linear(dtype, k + 1, scale), pk.layers[0].checks,
+                         (x, w, residual))
     pk.finalize()
     return pk
 
@@ -58,10 +56,4 @@ def test_linear_with_residual(dtype, case, tmp_path):
 
 
 if __name__ == "__main__":
-    out_dir = os.environ.get("MPK_OUTPUT_DIR", "./test_output")
-    for dtype in DTYPES:
-        for case in CASES:
-            pk = run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=out_dir)
-    print(f"generated code and task graph: {pk.output_files[0]}, {pk.output_files[1]}")
-    print("All linear_with_residual test-mode cases PASS")
-    sys.exit(0)
+    testing.run_cases_as_script("linear_with_residual", run_case, DTYPES, CASES, _jitter)

@@ -2,8 +2,6 @@
 
 Run: python tests/runtime_python/rmsnorm/test_rmsnorm_testmode.py   (or pytest this file)
 """
-import os
-import sys
 
 import pytest
 import torch
@@ -32,8 +30,7 @@ def run_case(dtype, batch, hidden, grid, eps=1e-6, jitter=0, output_dir=None):
     pk()
     expected = ref.rmsnorm(x, w, eps)
     name = f"rmsnorm[{str(dtype)[6:]},{batch}x{hidden},grid={grid}]"
-    testing.assert_close(name, out, expected, testing.tol_rmsnorm(dtype, hidden))
-    testing.check_nonvacuous(name, out, pk.layers[0].checks, inputs=(x,), reference=expected)
+    testing.check_output(name, out, expected, testing.tol_rmsnorm(dtype, hidden), pk.layers[0].checks, (x,))
     pk.finalize()
     return pk
 
@@ -49,10 +46,4 @@ def test_rmsnorm_eps_is_a_parameter():
 
 
 if __name__ == "__main__":
-    out_dir = os.environ.get("MPK_OUTPUT_DIR", "./test_output")
-    for dtype in DTYPES:
-        for shape in SHAPES:
-            pk = run_case(dtype, *shape, output_dir=out_dir)
-    print(f"generated code and task graph: {pk.output_files[0]}, {pk.output_files[1]}")
-    print("All rmsnorm test-mode cases PASS")
-    sys.exit(0)
+    testing.run_cases_as_script("rmsnorm", run_case, DTYPES, SHAPES)

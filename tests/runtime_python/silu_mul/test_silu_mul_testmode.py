@@ -2,8 +2,6 @@
 
 Run: python tests/runtime_python/silu_mul/test_silu_mul_testmode.py   (or pytest this file)
 """
-import os
-import sys
 
 import pytest
 import torch
@@ -36,8 +34,7 @@ def run_case(dtype, batch, inter, grid, jitter, output_dir=None):
     pk()
     expected = ref.silu_mul(x, groups=pk.layers[0].grid[0])
     name = f"silu_mul[{str(dtype)[6:]},{batch}x{2 * inter}->{inter},grid={grid},jitter={jitter}]"
-    testing.assert_close(name, out, expected, testing.tol_elementwise(dtype))
-    testing.check_nonvacuous(name, out, pk.layers[0].checks, inputs=(x,), reference=expected)
+    testing.check_output(name, out, expected, testing.tol_elementwise(dtype), pk.layers[0].checks, (x,))
     pk.finalize()
     return pk
 
@@ -61,11 +58,5 @@ def test_reference_depends_on_groups():
 
 
 if __name__ == "__main__":
-    out_dir = os.environ.get("MPK_OUTPUT_DIR", "./test_output")
-    test_reference_depends_on_groups()
-    for dtype in DTYPES:
-        for case in CASES:
-            pk = run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=out_dir)
-    print(f"generated code and task graph: {pk.output_files[0]}, {pk.output_files[1]}")
-    print("All silu_mul test-mode cases PASS")
-    sys.exit(0)
+    testing.run_cases_as_script("silu_mul", run_case, DTYPES, CASES, _jitter,
+                                extra=[test_reference_depends_on_groups])
