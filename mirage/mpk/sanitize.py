@@ -1,0 +1,144 @@
+"""Run a Python script under ThreadSanitizer or AddressSanitizer and count the reports (DESIGN 7).
+
+    result = run_under_sanitizer("thread", "tests/runtime_python/test_mode/sanitizer_subset.py", 300)
+    print(result.summary)   # SANITIZER thread: 0 reports in project frames (0 elsewhere, suppressed), ...
+
+A module built with MPK_SANITIZE=thread|address only loads into a Python started with the
+sanitizer runtime preloaded, so the script runs in a child: the real interpreter (never a
+shell shim) with LD_PRELOAD=<the compiler's libtsan/libasan>, MPK_SANITIZE=<kind> (a separate
+cache entry), OMP_NUM_THREADS=1 (torch's OpenMP pool is noise under TSan), the *_OPTIONS
+below, and the rest of the environment (MPK_CACHE_DIR included) inherited.
+
+A report is "in project frames" when one of its stack frames is in the generated module
+(module.so / module.cu) or under csrc/; the others (CPython, torch, libgomp) are counted but
+do not fail a run. Nothing is suppressed at the sanitizer level, so both counts are real.
+TSan's exit code is set to 0: the child's exit code is the script's own verdict. A script
+may print one line `GRAPH <label> PASS` per graph it ran; they are counted in the summary.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from .build import CSRC
+
+OPTIONS = {
+    # exitcode=0: the script's verdict is the exit code; history_size=4: keep the "previous access"
+    # stack of a race (its frames decide whether the report is the project's)
+    "thread": ("TSAN_OPTIONS", "exitcode=0:report_signal_unsafe=0:history_size=4"),
+    "address": ("ASAN_OPTIONS", "detect_leaks=0"),        # CPython itself leaks
+}
+LIBRARY = {"thread": "libtsan.so", "address": "libasan.so"}
+_START = re.compile(r"(WARNING|ERROR): (ThreadSanitizer|AddressSanitizer)\b")
+_FRAME = re.compile(r"^\s*#\d+ ")
+_GRAPH = re.compile(r"^GRAPH \S+ PASS$", re.M)
+FIRST_LINES = 8
+
+
+@dataclass
+class SanitizerResult:
+    kind: str
+    returncode: int                 # the child's exit code (-9 on a timeout)
+    timed_out: bool
+    project_reports: list[str]      # first lines (header, first frames, SUMMARY) of each project report
+    total_reports: int              # reports seen, in any frames
+    graphs_run: int
+    seconds: float
+    stdout: str = field(repr=False)
+    stderr: str = field(repr=False)
+
+    @property
+    def summary(self) -> str:
+        n = len(self.project_reports)
+        return (f"SANITIZER {self.kind}: {n} reports in project frames ({self.total_reports - n} elsewhere, "
+                f"suppressed), {self.graphs_run} graphs run, exit {self.returncode}"
+                f"{' (timed out)' if self.timed_out else ''}, {self.seconds:.1f} s")
+
+
+def runtime_library(kind: str) -> str:
+    """The sanitizer runtime of the compiler that builds the modules (MPK_CXX, default g++)."""
+    cxx = os.environ.get("MPK_CXX", "g++")
+    out = subprocess.run([cxx, f"-print-file-name={LIBRARY[kind]}"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    if not os.path.isabs(out) or not os.path.exists(out):
+        raise FileNotFoundError(f"{cxx} has no {LIBRARY[kind]} (got {out!r}); install its sanitizer runtime")
+    return os.path.realpath(out)
+
+
+def interpreter() -> str:
+    """sys.executable if it is a binary (a venv's python is a symlink to one and keeps the venv)."""
+    exe = sys.executable
+    with open(os.path.realpath(exe), "rb") as f:
+        if f.read(4) == b"\x7fELF":
+            return exe
+    base = getattr(sys, "_base_executable", "")
+    if base and base != exe:
+        with open(os.path.realpath(base), "rb") as f:
+            if f.read(4) == b"\x7fELF":
+                return base
+    raise RuntimeError(f"{exe} is not a binary (a shim?): LD_PRELOAD needs the real interpreter")
+
+
+def sanitizer_env(kind: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    if kind not in OPTIONS:
+        raise ValueError(f"sanitizer {kind!r}: expected one of {sorted(OPTIONS)}")
+    env = dict(os.environ)
+    preload = env.get("LD_PRELOAD", "")
+    env["LD_PRELOAD"] = runtime_library(kind) + (f" {preload}" if preload else "")
+    name, value = OPTIONS[kind]
+    env[name] = f"{value}:{env[name]}" if env.get(name) else value     # the caller's options win
+    env.update(MPK_SANITIZE=kind, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(extra or {})
+    return env
+
+
+def in_project(frame: str) -> bool:
+    return CSRC + os.sep in frame or "module.so+0x" in frame or "/module.cu:" in frame
+
+
+def parse_reports(text: str) -> list[tuple[bool, list[str]]]:
+    """(in project frames, lines) per report: from its WARNING/ERROR line through its SUMMARY line."""
+    reports, current = [], None
+    for line in text.splitlines():
+        if current is None:
+            if _START.search(line):
+                current = [line]
+            continue
+        current.append(line)
+        if line.startswith("SUMMARY: "):
+            reports.append(current)
+            current = None
+    if current is not None:         # cut off (a crash or a timeout): still a report
+        reports.append(current)
+    return [(any(_FRAME.match(x) and in_project(x) for x in r), r) for r in reports]
+
+
+def first_lines(report: list[str]) -> str:
+    head = [x for x in report[:FIRST_LINES] if x.strip()]
+    tail = [x for x in report if x.startswith("SUMMARY: ")]
+    return "\n".join(head + [x for x in tail if x not in head])
+
+
+def run_under_sanitizer(kind: str, argv_or_script, timeout: float,
+                        env: dict[str, str] | None = None) -> SanitizerResult:
+    """Run `python script.py` (a path) or `python *argv` (a list) under `kind`; count its reports."""
+    argv = [argv_or_script] if isinstance(argv_or_script, str) else list(argv_or_script)
+    cmd = [interpreter(), *argv]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=sanitizer_env(kind, env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, errors="replace")
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        timed_out = True
+    reports = parse_reports(err)
+    return SanitizerResult(kind, -9 if timed_out else proc.returncode, timed_out,
+                           [first_lines(r) for mine, r in reports if mine], len(reports),
+                           len(_GRAPH.findall(out)), time.perf_counter() - t0, out, err)
