@@ -300,6 +300,7 @@ def _verify(graph: Graph) -> None:
                 raise GraphError(f"event {t.event}: trigger task {graph.tasks[p].label} (id {p}) does not "
                                  f"come before waiter {t.label} (id {t.id}); ids must be topological")
     _check_reads_covered(graph, deps)
+    _check_overwrites_ordered(graph, deps)
 
 
 def _check_acyclic(graph: Graph, deps: dict[int, set[int]]) -> None:
@@ -361,3 +362,41 @@ def _check_reads_covered(graph: Graph, deps: dict[int, set[int]]) -> None:
                     f"task {graph.tasks[writer].label}, but its event {t.event} does not wait for a "
                     f"writer of them (missing dependency)")
 
+
+
+def _check_overwrites_ordered(graph: Graph, deps: dict[int, set[int]]) -> None:
+    """A task that overwrites elements waits for every earlier reader and writer of them, back to
+    the last layer that wrote them all (write-after-read, write-after-write): that layer's own
+    tasks were checked the same way, so the order holds by induction."""
+    layer_idx = {id(layer): i for i, layer in enumerate(graph.layers)}
+    groups: dict[tuple[int, int, bool], list[tuple[Box, int]]] = {}   # (tensor, layer, write)
+    for t in graph.tasks[1:]:
+        li = layer_idx[id(t.layer)]
+        for tile in t.inputs:
+            groups.setdefault((tile.tensor.id, li, False), []).append((tile.box, t.id))
+        for tile in t.outputs:
+            if tile.declared:
+                groups.setdefault((tile.tensor.id, li, True), []).append((tile.box, t.id))
+    indexes = {key: BoxIndex(items) for key, items in groups.items()}
+    layers_of: dict[int, list[int]] = {}
+    for tid, li, _ in indexes:
+        layers_of.setdefault(tid, []).append(li)
+    for t in graph.tasks[1:]:
+        me = layer_idx[id(t.layer)]
+        for tile in t.outputs:
+            if not tile.declared:
+                continue
+            for li in sorted({li for li in layers_of[tile.tensor.id] if li < me}, reverse=True):
+                writes = indexes.get((tile.tensor.id, li, True))
+                written = writes.query(tile.box) if writes else []
+                reads = indexes.get((tile.tensor.id, li, False))
+                for kind, hits in (("reads", reads.query(tile.box) if reads else []), ("writes", written)):
+                    late = next((p for _, p in hits if p not in deps[t.id]), None)
+                    if late is not None:
+                        raise GraphError(
+                            f"task {t.label} overwrites '{tile.tensor.name}' elements that task "
+                            f"{graph.tasks[late].label} {kind} earlier, but its event {t.event} does not "
+                            f"wait for it (missing write-after-{'read' if kind == 'reads' else 'write'} "
+                            f"dependency)")
+                if sum(volume(b) for b, _ in written) == volume(tile.box):
+                    break

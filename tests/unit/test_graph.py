@@ -367,6 +367,25 @@ def test_verify_rejects_an_uncovered_read():
                             "(missing dependency)")
 
 
+def test_verify_rejects_a_missing_write_after_read():
+    n = Net()
+    a, b, c = n.t("a", 2, 2), n.t("b", 2, 2), n.t("c", 2, 2)
+    n.copy(a, b, (1, 1, 1))             # L0 reads a
+    n.copy(c, a, (1, 1, 1))             # L1 overwrites a: must wait for L0
+    g = n.build()
+    reader, writer = task(g, 0), task(g, 1)
+    # L0 triggers END instead of L1's event, keeping every count consistent
+    reader.triggers = [g.end_event]
+    g.events[writer.event].num_triggers -= 1
+    g.events[g.end_event].num_triggers += 1
+    writer.event = -1 if g.events[writer.event].num_triggers == 0 else writer.event
+    with pytest.raises(GraphError) as e:
+        graph_mod.verify(g)
+    assert str(e.value) == ("task identity_1(0, 0, 0) overwrites 'a' elements that task identity_0(0, 0, 0) "
+                            f"reads earlier, but its event {writer.event} does not wait for it (missing "
+                            "write-after-read dependency)")
+
+
 def test_verify_rejects_a_waiter_before_its_producer():
     n = Net()
     x, y, z, a, b = (n.t(s, 4, 4) for s in "xyzab")
