@@ -111,6 +111,22 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> Com
     return Comparison(diff, allowed.expand_as(diff), diff > allowed)
 
 
+def evidence(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance,
+             c: Comparison) -> tuple[float, int]:
+    """Print `EVIDENCE name dtype shape max_abs max_rel atol rtol worst_index PASS|FAIL`."""
+    diff = c.diff
+    rel = diff / expected.double().abs().clamp_min(torch.finfo(torch.float64).tiny)
+    worst = int(diff.argmax()) if diff.numel() else 0
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    max_rel = float(rel.max()) if rel.numel() else 0.0
+    atol_shown = float(torch.as_tensor(tol.atol, dtype=torch.float64).max())
+    shape = tuple(actual.shape)
+    print(f"EVIDENCE {name} {str(actual.dtype).replace('torch.', '')} {shape} max_abs={max_abs:.3e} "
+          f"max_rel={max_rel:.3e} atol={atol_shown:.3e} rtol={tol.rtol:.3e} "
+          f"worst_index={_fmt_index(worst, shape)} {'PASS' if c.n_bad == 0 else 'FAIL'}", flush=True)
+    return max_abs, worst
+
+
 def assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance,
                  context: str = "") -> None:
     """Compare in float64 and print one evidence line, pass or fail; raise on failure."""
@@ -122,18 +138,8 @@ def assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: T
             print(line, flush=True)
             raise AssertionError(f"'{name}': the values for attribute '{attr}' do not match: {a} != {e}")
     c = compare(actual, expected, tol)
-    diff, e64 = c.diff, expected.double()
-    rel = diff / e64.abs().clamp_min(torch.finfo(torch.float64).tiny)
-    worst = int(diff.argmax()) if diff.numel() else 0
-    max_abs = float(diff.max()) if diff.numel() else 0.0
-    max_rel = float(rel.max()) if rel.numel() else 0.0
-    atol_shown = float(torch.as_tensor(tol.atol, dtype=torch.float64).max())
-    n_bad = c.n_bad
-    verdict = "PASS" if n_bad == 0 else "FAIL"
-    shape = tuple(actual.shape)
-    print(f"EVIDENCE {name} {str(actual.dtype).replace('torch.', '')} {shape} max_abs={max_abs:.3e} "
-          f"max_rel={max_rel:.3e} atol={atol_shown:.3e} rtol={tol.rtol:.3e} "
-          f"worst_index={_fmt_index(worst, shape)} {verdict}", flush=True)
+    max_abs, worst = evidence(name, actual, expected, tol, c)
+    n_bad, shape, e64 = c.n_bad, tuple(actual.shape), expected.double()
     if n_bad:
         first = int(c.bad.flatten().nonzero()[0])
         idx = _fmt_index(first, shape)
@@ -144,6 +150,19 @@ def assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: T
             f"First mismatch at {idx}: actual {float(actual.flatten()[first].double()):.6g}, expected "
             f"{float(e64.flatten()[first]):.6g}, allowed {float(c.allowed.flatten()[first]):.3g}\n"
             f"Tolerance budget: {tol.why}; seed: MPK_SEED={seed()}")
+
+
+def assert_equal(name: str, actual, expected) -> None:
+    """Exact comparison (integers, metadata, bit copies), with its evidence line."""
+    a = actual.tolist() if isinstance(actual, torch.Tensor) else actual
+    e = expected.tolist() if isinstance(expected, torch.Tensor) else expected
+    shape = tuple(actual.shape) if isinstance(actual, torch.Tensor) else (len(a),) if isinstance(a, list) \
+        else ()
+    ok = a == e
+    print(f"EVIDENCE {name} exact {shape} {'PASS' if ok else 'FAIL'}", flush=True)
+    if not ok:
+        raise AssertionError(f"'{name}' is not equal:\n  actual   {a}\n  expected {e}\n"
+                             f"seed: MPK_SEED={seed()}")
 
 
 def check_output(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance,
@@ -159,7 +178,10 @@ def _diverging(pk, references: dict, tolerances: dict):
         for k, acc in enumerate(layer.outputs):
             name = acc.tensor.name
             if acc.written and name in references:
-                yield layer, k, name, compare(pk.get_tensor(name), references[name], tolerances[name])
+                out = pk.get_tensor(name)
+                c = compare(out, references[name], tolerances[name])
+                evidence(f"{layer.name}.{name}", out, references[name], tolerances[name], c)
+                yield layer, k, name, c
 
 
 def first_divergence(pk, references: dict[str, torch.Tensor], tolerances: dict[str, Tolerance]) -> str | None:

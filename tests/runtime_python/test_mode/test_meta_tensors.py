@@ -19,6 +19,7 @@ Run: pytest tests/runtime_python/test_mode/test_meta_tensors.py
 import pytest
 import torch
 
+from mirage.mpk import testing
 from mirage.mpk.errors import MPKRuntimeError
 from mirage.mpk.persistent_kernel import PersistentKernel
 
@@ -101,14 +102,16 @@ def test_default_prompt_length_is_max_num_batched_tokens():
     tokens = prompt_tokens(1, 5)                  # [[100, 101, 102, 103, 104]]
     pk = run(max_seq_length=5, max_num_batched_tokens=3, max_num_pages=3, meta={"tokens": tokens})
     v = values(pk)
-    assert v["prompt_lengths"] == [3]             # default: max_num_batched_tokens
-    assert v["input_tokens"] == [100, 101, 102]   # chunk = min(3 - 0, 3) = 3
-    assert v["qo_indptr_buffer"] == [0, 3]
-    assert v["paged_kv_indptr_buffer"] == [0, 3]  # ceil(3 / 1) = 3 pages
-    assert v["paged_kv_indices_buffer"] == [0, 1, 2]
-    assert v["paged_kv_last_page_len_buffer"] == [1]
-    assert v["num_new_tokens"] == [3]
-    assert v["step"] == [3]
+    # default: max_num_batched_tokens
+    testing.assert_equal("prompt_lengths", v["prompt_lengths"], [3])
+    testing.assert_equal("input_tokens", v["input_tokens"], [100, 101, 102])   # chunk = min(3 - 0, 3) = 3
+    testing.assert_equal("qo_indptr_buffer", v["qo_indptr_buffer"], [0, 3])
+    # ceil(3 / 1) = 3 pages
+    testing.assert_equal("paged_kv_indptr_buffer", v["paged_kv_indptr_buffer"], [0, 3])
+    testing.assert_equal("paged_kv_indices_buffer", v["paged_kv_indices_buffer"], [0, 1, 2])
+    testing.assert_equal("paged_kv_last_page_len_buffer", v["paged_kv_last_page_len_buffer"], [1])
+    testing.assert_equal("num_new_tokens", v["num_new_tokens"], [3])
+    testing.assert_equal("step", v["step"], [3])
     # step 3 >= prompt 3: tokens[0, 3] = output_tokens[qo[1] - 1 = 2] = 0 (the default output)
     assert v["tokens"] == [[100, 101, 102, 0, 104]]
     pk.finalize()
@@ -184,7 +187,7 @@ def test_three_requests(requests, page_size):
                    "output_tokens": torch.tensor(OUT, dtype=I64)})
     v = values(pk)
     for key, want in THREE_REQUESTS[(requests, page_size)].items():
-        assert v[key] == want, f"{key}: {v[key]} != {want}"
+        testing.assert_equal(key, v[key], want)
     tokens = prompt_tokens(3, L)
     tokens[0, 3] = 902                                    # see the finalize comment above
     tokens[1, 2] = 904
@@ -204,16 +207,16 @@ def test_prefilled_step_counts_as_cached():
     v = values(pk)
     # r0: chunk min(3 - 2, 6) = 1 -> tokens[0, 2]; r1: min(2 - 0, 5) = 2 -> tokens[1, 0:2];
     # r2: min(4 - 1, 3) = 3 -> tokens[2, 1:4]
-    assert v["input_tokens"] == [102, 200, 201, 301, 302, 303]
-    assert v["qo_indptr_buffer"] == [0, 1, 3, 6]
+    testing.assert_equal("input_tokens", v["input_tokens"], [102, 200, 201, 301, 302, 303])
+    testing.assert_equal("qo_indptr_buffer", v["qo_indptr_buffer"], [0, 1, 3, 6])
     # pages cover step + chunk: r0 ceil(3/2) = 2 -> [0, 1]; r1 ceil(2/2) = 1 -> [2];
     # r2 ceil(4/2) = 2 -> [3, 4]
-    assert v["paged_kv_indptr_buffer"] == [0, 2, 3, 5]
-    assert v["paged_kv_indices_buffer"] == [0, 1, 2, 3, 4, 0, 0, 0]
+    testing.assert_equal("paged_kv_indptr_buffer", v["paged_kv_indptr_buffer"], [0, 2, 3, 5])
+    testing.assert_equal("paged_kv_indices_buffer", v["paged_kv_indices_buffer"], [0, 1, 2, 3, 4, 0, 0, 0])
     # (2 + 1) % 2 = 1; 2 % 2 = 0 -> 2; (1 + 3) % 2 = 0 -> 2
-    assert v["paged_kv_last_page_len_buffer"] == [1, 2, 2]
-    assert v["num_new_tokens"] == [6]
-    assert v["step"] == [3, 2, 4]                         # 2 + 1, 0 + 2, 1 + 3
+    testing.assert_equal("paged_kv_last_page_len_buffer", v["paged_kv_last_page_len_buffer"], [1, 2, 2])
+    testing.assert_equal("num_new_tokens", v["num_new_tokens"], [6])
+    testing.assert_equal("step", v["step"], [3, 2, 4])                         # 2 + 1, 0 + 2, 1 + 3
     # all three prompts complete: tokens[r, step] = out[qo[r + 1] - 1] = out[0], out[2], out[5]
     tokens = prompt_tokens(3, L)
     tokens[0, 3], tokens[1, 2], tokens[2, 4] = 900, 902, 905
@@ -229,14 +232,16 @@ def test_one_decode_step_over_a_prefilled_cache():
              meta={"tokens": prompt_tokens(3, L), "prompt_lengths": torch.tensor([3, 2, 4], dtype=I32),
                    "step": torch.tensor([3, 2, 4], dtype=I32), "output_tokens": torch.tensor(OUT, dtype=I64)})
     v = values(pk)
-    assert v["input_tokens"] == [103, 202, 304, 0, 0, 0]          # tokens[r, step[r]]
-    assert v["qo_indptr_buffer"] == [0, 1, 2, 3]
+    # tokens[r, step[r]]
+    testing.assert_equal("input_tokens", v["input_tokens"], [103, 202, 304, 0, 0, 0])
+    testing.assert_equal("qo_indptr_buffer", v["qo_indptr_buffer"], [0, 1, 2, 3])
     # ceil(4/2) = 2 -> [0, 1]; ceil(3/2) = 2 -> [2, 3]; ceil(5/2) = 3 -> [4, 5, 6]
-    assert v["paged_kv_indptr_buffer"] == [0, 2, 4, 7]
-    assert v["paged_kv_indices_buffer"] == [0, 1, 2, 3, 4, 5, 6, 0]
-    assert v["paged_kv_last_page_len_buffer"] == [2, 1, 1]        # 4 % 2 -> 2, 3 % 2, 5 % 2
-    assert v["num_new_tokens"] == [3]
-    assert v["step"] == [4, 3, 5]
+    testing.assert_equal("paged_kv_indptr_buffer", v["paged_kv_indptr_buffer"], [0, 2, 4, 7])
+    testing.assert_equal("paged_kv_indices_buffer", v["paged_kv_indices_buffer"], [0, 1, 2, 3, 4, 5, 6, 0])
+    # 4 % 2 -> 2, 3 % 2, 5 % 2
+    testing.assert_equal("paged_kv_last_page_len_buffer", v["paged_kv_last_page_len_buffer"], [2, 1, 1])
+    testing.assert_equal("num_new_tokens", v["num_new_tokens"], [3])
+    testing.assert_equal("step", v["step"], [4, 3, 5])
     tokens = prompt_tokens(3, L)
     tokens[0, 4], tokens[1, 3], tokens[2, 5] = 900, 901, 902      # out[qo[s + 1] - 1] = out[s]
     assert v["tokens"] == tokens.tolist()
@@ -250,11 +255,13 @@ def test_prompt_lengths_override_sizes_default_tokens():
                    "output_tokens": torch.tensor(OUT, dtype=I64)})
     v = values(pk)
     assert pk.get_tensor("tokens").shape == (3, 4) and pk.get_tensor("step").shape == (3,)
-    assert v["qo_indptr_buffer"] == [0, 2, 3, 6]                  # chunks 2, 1, 3
-    assert v["paged_kv_indptr_buffer"] == [0, 2, 3, 6]            # page_size 1: a page per token
-    assert v["paged_kv_indices_buffer"] == [0, 1, 2, 3, 4, 5, 0, 0]
-    assert v["paged_kv_last_page_len_buffer"] == [1, 1, 1]
-    assert v["step"] == [2, 1, 3]
+    # chunks 2, 1, 3
+    testing.assert_equal("qo_indptr_buffer", v["qo_indptr_buffer"], [0, 2, 3, 6])
+    # page_size 1: a page per token
+    testing.assert_equal("paged_kv_indptr_buffer", v["paged_kv_indptr_buffer"], [0, 2, 3, 6])
+    testing.assert_equal("paged_kv_indices_buffer", v["paged_kv_indices_buffer"], [0, 1, 2, 3, 4, 5, 0, 0])
+    testing.assert_equal("paged_kv_last_page_len_buffer", v["paged_kv_last_page_len_buffer"], [1, 1, 1])
+    testing.assert_equal("step", v["step"], [2, 1, 3])
     # tokens[0, 2] = out[1]; tokens[1, 1] = out[2]; tokens[2, 3] = out[5]
     assert v["tokens"] == [[0, 0, 901, 0], [0, 902, 0, 0], [0, 0, 0, 905]]
     pk.finalize()
@@ -339,7 +346,7 @@ def test_offline_run_until_every_request_is_done(output_tokens):
              page_size=2, max_num_pages=6, meta=meta)
     assert passes(pk) == 5
     v = values(pk)
-    assert v["step"] == [5, 5, 5]
+    testing.assert_equal("step", v["step"], [5, 5, 5])
     assert v["tokens"] == [[100, 101, 102, out[2], out[0], out[0]],
                            [200, 201, out[4], out[1], out[1], out[0]],
                            [300, 301, 302, 303, out[4], out[0]]]
