@@ -5,7 +5,7 @@
 #pragma once
 #include <stdint.h>
 
-#define MPK_ABI_VERSION 2
+#define MPK_ABI_VERSION 3
 #define MPK_MAX_DIMS 4
 #define MPK_MAX_TILES 8      // inputs + outputs of one task
 #define MPK_MAX_TRIGGERS 8   // DESIGN 4.3: more than this and the graph builder coarsens
@@ -36,12 +36,17 @@
 #define MPK_FAULT_SKIP 1          // the task's kernel does not run (its events still fire)
 #define MPK_FAULT_PERTURB 2       // after the kernel, output 0 element += amount
 #define MPK_FAULT_NO_TRIGGER 3    // the task never triggers its events
+#define MPK_FAULT_NO_SIGNAL 4     // the task signals no peer but itself (a stalled rank)
 
 // Worker states in a snapshot.
 #define MPK_WORKER_IDLE 0         // waiting for its queue
 #define MPK_WORKER_WAITING 1      // waiting on an event
 #define MPK_WORKER_RUNNING 2      // inside a task kernel (a heartbeat: never a hang)
 #define MPK_WORKER_DONE 3         // saw TERMINATE
+
+// What a worker waiting on a peer rank waits for (MpkWorkerState.peer_wait).
+#define MPK_PEER_DATA 1           // the peer's tile and its signal (allreduce: "arrived")
+#define MPK_PEER_CONSUMED 2       // the peer to finish reading the slot's previous use
 
 // One tensor tile of one task. The kernel receives base(tensor) + offset, pre-offset.
 typedef struct {
@@ -114,6 +119,11 @@ typedef struct {
     int32_t fault_task;               // task position the fault hits
     double fault_amount;              // MPK_FAULT_PERTURB: added to the element (in fp32)
     int64_t fault_element;            // MPK_FAULT_PERTURB: row-major index inside output 0's tile
+    // Multi-rank (DESIGN 8): node-shared memory every rank maps; copied at mpk_init.
+    void* const* peer_tensor_ptrs;    // [world_size * num_tensors]: rank r's base of tensor t at
+                                      // r * num_tensors + t; NULL entries: not symmetric. NULL: none
+    int64_t* const* peer_signal_ptrs; // [world_size]: each rank's signal counters (NULL if no slots)
+    int32_t num_signal_slots;         // signal slots per rank (layout: csrc/tasks/cpu/allreduce.h)
 } MpkConfig;
 
 // Per-worker state captured when a launch ends (always) or the watchdog fires.
@@ -123,9 +133,11 @@ typedef struct {
     int64_t task;                     // task position (index into tasks[]), -1 if none
     int64_t iteration;
     int32_t event;                    // event waited on, -1 if none
-    int32_t pad;
+    int32_t peer;                     // rank waited on (a cross-rank signal), -1 if none
     int64_t counter;                  // counter value seen
     int64_t needed;                   // value the wait needs
+    int32_t peer_wait;                // MPK_PEER_* when peer >= 0
+    int32_t pad;
 } MpkWorkerState;
 
 #ifdef __cplusplus

@@ -51,7 +51,7 @@ inline std::string validate(const MpkConfig* c, const MpkTask* tasks, const MpkE
     if (c->world_size < 1 || c->mpi_rank < 0 || c->mpi_rank >= c->world_size)
         return bad("mpi_rank %d / world_size %d", c->mpi_rank, c->world_size);
 
-    if (c->fault_kind < MPK_FAULT_NONE || c->fault_kind > MPK_FAULT_NO_TRIGGER)
+    if (c->fault_kind < MPK_FAULT_NONE || c->fault_kind > MPK_FAULT_NO_SIGNAL)
         return bad("fault_kind = %d is not an MPK_FAULT_* value", c->fault_kind);
     if (c->fault_kind != MPK_FAULT_NONE && (c->fault_task < 1 || c->fault_task >= c->num_tasks))
         return bad("fault_task = %d is outside the layer tasks 1..%d", c->fault_task, c->num_tasks - 1);
@@ -63,6 +63,18 @@ inline std::string validate(const MpkConfig* c, const MpkTask* tasks, const MpkE
     if (!tensors) return "tensor_ptrs is NULL";
     for (int32_t i = 0; i < c->num_tensors; ++i)
         if (!tensors[i]) return bad("tensor_ptrs[%d] is NULL", i);
+    if (c->peer_tensor_ptrs)
+        for (int32_t i = 0; i < c->num_tensors; ++i)
+            if (c->peer_tensor_ptrs[int64_t(c->mpi_rank) * c->num_tensors + i] &&
+                c->peer_tensor_ptrs[int64_t(c->mpi_rank) * c->num_tensors + i] != tensors[i])
+                return bad("peer_tensor_ptrs: rank %d's own entry for tensor %d differs from tensor_ptrs[%d]",
+                           c->mpi_rank, i, i);
+    if (c->num_signal_slots < 0) return bad("num_signal_slots = %d", c->num_signal_slots);
+    if (c->num_signal_slots > 0) {
+        if (!c->peer_signal_ptrs) return bad("num_signal_slots = %d but peer_signal_ptrs is NULL", c->num_signal_slots);
+        for (int32_t r = 0; r < c->world_size; ++r)
+            if (!c->peer_signal_ptrs[r]) return bad("peer_signal_ptrs[%d] is NULL", r);
+    }
 
     // meta buffers: present wherever their size is non-zero
     if (!m) return "meta is NULL";
@@ -166,6 +178,13 @@ MPK_EXPORT void* mpk_init(const MpkConfig* cfg, const MpkTask* tasks, const MpkE
         k->events.assign(events, events + cfg->num_events);
         k->tensors.assign(tensor_ptrs, tensor_ptrs + cfg->num_tensors);
         k->meta = *meta;
+        if (cfg->peer_tensor_ptrs)
+            k->peer_tensors.assign(cfg->peer_tensor_ptrs,
+                                   cfg->peer_tensor_ptrs + int64_t(cfg->world_size) * cfg->num_tensors);
+        if (cfg->num_signal_slots > 0)
+            k->peer_signals.assign(cfg->peer_signal_ptrs, cfg->peer_signal_ptrs + cfg->world_size);
+        k->cfg.peer_tensor_ptrs = nullptr;  // copied above; the caller's arrays may go away
+        k->cfg.peer_signal_ptrs = nullptr;
         k->requests.allocate(*cfg);
         mpk::reset_launch(*k);  // so queries before the first launch see sane values
         return k;

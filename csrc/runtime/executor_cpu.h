@@ -152,7 +152,7 @@ inline int32_t assign_worker(const MpkConfig& cfg, int64_t iteration, int32_t po
 struct WorkerSlot {
     alignas(64) int32_t state = MPK_WORKER_IDLE;  // atomic: the watchdog reads it live
     // The rest is written by the worker only and read after the join.
-    int32_t event = -1;
+    int32_t event = -1, peer = -1, peer_wait = 0;  // peer >= 0: a cross-rank wait (wait_peer)
     int64_t task = -1, iteration = 0, counter = 0, needed = 0;
     uint64_t rng = 0;  // jitter delays
 };
@@ -165,6 +165,9 @@ struct Kernel {
     std::vector<void*> tensors;    // [num_tensors]
     MpkMeta meta{};
     RequestStorage requests;
+    std::vector<void*> peer_tensors;     // [world_size * num_tensors], or empty
+    std::vector<int64_t*> peer_signals;  // [world_size], or empty
+    int64_t iteration_base = 0;          // passes of earlier successful launches (signals only grow)
 
     // per launch (reset_launch)
     std::vector<int64_t> counters;            // [num_events], only grow
@@ -250,18 +253,73 @@ inline void jitter_delay(WorkerSlot& me) {
     std::this_thread::sleep_for(std::chrono::microseconds((r >> 8) % 200));
 }
 
-template <class Exec> bool run_task(Kernel& k, int32_t pos, int64_t iteration, Exec& exec) {
+// ---- cross-rank waits and signals (TaskView::wait / ::signal), for layers like allreduce
+
+struct TaskContext {  // what wait_peer / signal_peer need, per running task
+    Kernel* kernel;
+    WorkerSlot* worker;
+    int32_t fault;
+};
+
+// Like wait_event, but on a counter in node-shared memory that a peer rank writes. The worker
+// shows as WAITING (not RUNNING), so a stalled peer reads as no progress to the watchdog.
+inline bool wait_peer(const TaskView& v, const int64_t* counter, int64_t needed, int32_t peer, int32_t what) {
+    const TaskContext& c = *static_cast<const TaskContext*>(v.executor);
+    WorkerSlot& me = *c.worker;
+    int64_t seen = ld_acquire(counter);
+    if (seen >= needed) return true;
+    me.event = -1;
+    me.peer = peer;
+    me.peer_wait = what;
+    me.needed = needed;
+    st_relaxed(&me.state, int32_t(MPK_WORKER_WAITING));
+    Backoff backoff;
+    while ((seen = ld_acquire(counter)) < needed) {
+        if (ld_relaxed(&c.kernel->abort)) {
+            me.counter = seen;
+            return false;
+        }
+        backoff.wait();
+    }
+    me.counter = seen;
+    me.peer = -1;
+    st_relaxed(&me.state, int32_t(MPK_WORKER_RUNNING));
+    return true;
+}
+
+inline void signal_peer(const TaskView& v, int64_t* counter, int64_t value, int32_t peer) {
+#ifdef MPK_FAULT_INJECTION
+    const TaskContext& c = *static_cast<const TaskContext*>(v.executor);
+    if (c.fault == MPK_FAULT_NO_SIGNAL && peer != v.rank) return;  // a stalled rank: only itself hears it
+#else
+    (void)v;
+    (void)peer;
+#endif
+    st_release(counter, value);
+}
+
+template <class Exec> bool run_task(Kernel& k, WorkerSlot& me, int32_t pos, int64_t iteration, Exec& exec) {
     const MpkTask& t = k.tasks[pos];
-    TaskView view{};
-    view.task = &t;
-    view.meta = &k.meta;
-    for (int32_t i = 0; i < t.num_inputs + t.num_outputs; ++i)
-        view.ptrs[i] = static_cast<char*>(k.tensors[t.tiles[i].tensor]) + t.tiles[i].offset;
 #ifdef MPK_FAULT_INJECTION
     const int32_t fault = pos == k.cfg.fault_task ? k.cfg.fault_kind : MPK_FAULT_NONE;
 #else
     const int32_t fault = MPK_FAULT_NONE;
 #endif
+    TaskContext context{&k, &me, fault};
+    TaskView view{};
+    view.task = &t;
+    view.meta = &k.meta;
+    for (int32_t i = 0; i < t.num_inputs + t.num_outputs; ++i)
+        view.ptrs[i] = static_cast<char*>(k.tensors[t.tiles[i].tensor]) + t.tiles[i].offset;
+    view.iteration = k.iteration_base + iteration;
+    view.rank = k.cfg.mpi_rank;
+    view.world_size = k.cfg.world_size;
+    view.num_tensors = k.cfg.num_tensors;
+    view.peer_tensors = k.peer_tensors.empty() ? nullptr : k.peer_tensors.data();
+    view.peer_signals = k.peer_signals.empty() ? nullptr : k.peer_signals.data();
+    view.wait = wait_peer;
+    view.signal = signal_peer;
+    view.executor = &context;
     try {
         if (fault != MPK_FAULT_SKIP) exec(view);
 #ifdef MPK_FAULT_INJECTION
@@ -276,6 +334,7 @@ template <class Exec> bool run_task(Kernel& k, int32_t pos, int64_t iteration, E
                                            ", iteration " + std::to_string(iteration) + ") threw a non-std exception");
         return false;
     }
+    if (ld_relaxed(&k.abort)) return false;  // e.g. a peer wait gave up: the kernel did not finish
     if (fault != MPK_FAULT_NO_TRIGGER)
         for (int32_t j = 0; j < t.num_triggers; ++j) atomic_add_release(&k.counters[t.trigger_events[j]], int64_t(1));
     st_release(&k.progress[pos], iteration);
@@ -288,6 +347,7 @@ template <class Exec> void worker_loop(Kernel& k, int32_t w, Exec& exec) {
     for (;;) {
         me.task = -1;
         me.event = -1;
+        me.peer = -1;
         st_relaxed(&me.state, int32_t(MPK_WORKER_IDLE));
         TaskId id;
         if (!queue.pop(&id, &k.abort)) return;
@@ -307,7 +367,7 @@ template <class Exec> void worker_loop(Kernel& k, int32_t w, Exec& exec) {
         } else {
             st_relaxed(&me.state, int32_t(MPK_WORKER_RUNNING));  // heartbeat for the watchdog
             if (k.cfg.jitter) jitter_delay(me);
-            if (!run_task(k, pos, iteration, exec)) return;
+            if (!run_task(k, me, pos, iteration, exec)) return;
         }
         atomic_add_relaxed(&k.ticks, int64_t(1));
     }
@@ -420,6 +480,14 @@ inline std::string hang_message(const Kernel& k) {
             msg += "; ...";
             break;
         }
+        if (s.peer >= 0) {
+            snprintf(buf, sizeof buf, "; worker %zu at task %lld (iteration %lld) waits for rank %d (%s): counter %lld, "
+                     "needs %lld", w, (long long)s.task, (long long)s.iteration, s.peer,
+                     s.peer_wait == MPK_PEER_CONSUMED ? "to read the slot's previous use" : "its signal",
+                     (long long)s.counter, (long long)s.needed);
+            msg += buf;
+            continue;
+        }
         snprintf(buf, sizeof buf, "; worker %zu waits at task %lld (iteration %lld) on event %d: counter %lld, needs %lld",
                  w, (long long)s.task, (long long)s.iteration, s.event, (long long)s.counter, (long long)s.needed);
         msg += buf;
@@ -462,6 +530,7 @@ template <class Exec> int32_t launch(Kernel& k, Exec exec) {
     supervise(k);
     for (std::thread& t : threads) t.join();
     if (k.status == MPK_HANG) k.message = hang_message(k);
+    if (k.status == MPK_OK) k.iteration_base += k.iterations;
     return k.status;
 }
 
@@ -474,9 +543,11 @@ inline void fill_snapshot(const Kernel& k, MpkWorkerState* out, int n) {
         o.task = s.task;
         o.iteration = s.iteration;
         o.event = s.event;
-        o.pad = 0;
+        o.peer = s.peer;
         o.counter = s.counter;
         o.needed = s.needed;
+        o.peer_wait = s.peer >= 0 ? s.peer_wait : 0;
+        o.pad = 0;
     }
 }
 

@@ -11,6 +11,18 @@ struct TaskView {
     void* ptrs[MPK_MAX_TILES];  // base(tile.tensor) + tile.offset, inputs then outputs
     const MpkMeta* meta;        // meta tensors, for layers that read them
 
+    // ---- multi-rank (DESIGN 8); single-rank layers ignore these
+    int64_t iteration = 0;      // graph passes of this handle, this one included: from 1, across launches
+    int32_t rank = 0, world_size = 1, num_tensors = 0;
+    void* const* peer_tensors = nullptr;     // [world_size * num_tensors] bases (NULL: not symmetric)
+    int64_t* const* peer_signals = nullptr;  // [world_size]: each rank's signal counters
+    // From the executor. wait: until *counter >= needed, the worker shown as waiting on rank
+    // `peer` for `what` (MPK_PEER_*); false when the launch aborts (return at once).
+    // signal: *counter = value (release) on rank `peer`'s counters.
+    bool (*wait)(const TaskView&, const int64_t* counter, int64_t needed, int32_t peer, int32_t what) = nullptr;
+    void (*signal)(const TaskView&, int64_t* counter, int64_t value, int32_t peer) = nullptr;
+    void* executor = nullptr;   // the executor's state for wait/signal
+
     template <typename T> MPK_HOST_DEVICE T* in(int i) const { return static_cast<T*>(ptrs[i]); }
     template <typename T> MPK_HOST_DEVICE T* out(int j) const {
         return static_cast<T*>(ptrs[task->num_inputs + j]);
@@ -19,6 +31,12 @@ struct TaskView {
     MPK_HOST_DEVICE const MpkTile& out_tile(int j) const { return task->tiles[task->num_inputs + j]; }
     MPK_HOST_DEVICE int64_t iparam(int k) const { return task->iparams[k]; }
     MPK_HOST_DEVICE double fparam(int k) const { return task->fparams[k]; }
+    // Output j's tile in rank `peer`'s copy of its (symmetric) tensor; nullptr if not symmetric.
+    template <typename T> MPK_HOST_DEVICE T* peer_out(int j, int32_t peer) const {
+        const MpkTile& t = out_tile(j);
+        char* base = peer_tensors ? static_cast<char*>(peer_tensors[int64_t(peer) * num_tensors + t.tensor]) : nullptr;
+        return base ? reinterpret_cast<T*>(base + t.offset) : nullptr;
+    }
 };
 
 }  // namespace mpk

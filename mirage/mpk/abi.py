@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import ctypes as C
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 MAX_DIMS, MAX_TILES, MAX_TRIGGERS, NUM_IPARAMS, NUM_FPARAMS = 4, 8, 8, 4, 2
 TASK_TERMINATE, TASK_END_OF_TASK_GRAPH, TASK_FIRST_LAYER = 0, 1, 100
 EVENT_TYPES = {"termination": 0, "launch": 1, "end_of_task_graph": 2}
 OK, HANG, NOTHING_SCHEDULED, INVALID, INTERNAL = 0, 1, 2, 3, 4
 WORKER_STATES = {0: "idle", 1: "waiting", 2: "running", 3: "done"}
-FAULT_NONE, FAULT_SKIP, FAULT_PERTURB, FAULT_NO_TRIGGER = 0, 1, 2, 3
+FAULT_NONE, FAULT_SKIP, FAULT_PERTURB, FAULT_NO_TRIGGER, FAULT_NO_SIGNAL = 0, 1, 2, 3, 4
+PEER_DATA, PEER_CONSUMED = 1, 2
 
 
 class MpkTile(C.Structure):
@@ -48,13 +49,15 @@ class MpkConfig(C.Structure):
                 ("page_size", C.c_int32), ("total_num_requests", C.c_int32),
                 ("eos_token_id", C.c_int64), ("mpi_rank", C.c_int32), ("world_size", C.c_int32),
                 ("fault_kind", C.c_int32), ("fault_task", C.c_int32), ("fault_amount", C.c_double),
-                ("fault_element", C.c_int64)]
+                ("fault_element", C.c_int64), ("peer_tensor_ptrs", C.c_void_p),
+                ("peer_signal_ptrs", C.c_void_p), ("num_signal_slots", C.c_int32)]
 
 
 class MpkWorkerState(C.Structure):
     _fields_ = [("worker", C.c_int32), ("state", C.c_int32), ("task", C.c_int64),
-                ("iteration", C.c_int64), ("event", C.c_int32), ("pad", C.c_int32),
-                ("counter", C.c_int64), ("needed", C.c_int64)]
+                ("iteration", C.c_int64), ("event", C.c_int32), ("peer", C.c_int32),
+                ("counter", C.c_int64), ("needed", C.c_int64), ("peer_wait", C.c_int32),
+                ("pad", C.c_int32)]
 
 
 STRUCTS = (MpkTile, MpkTask, MpkEvent, MpkMeta, MpkConfig, MpkWorkerState)

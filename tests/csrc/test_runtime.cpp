@@ -22,7 +22,7 @@
 // ---- fake kernels
 
 namespace fake {
-enum Variant { SUM = 0, MODEL = 1, THROW = 2 };
+enum Variant { SUM = 0, MODEL = 1, THROW = 2, PEER = 3 };
 constexpr int kRow = 32;      // int64 entries per MODEL log row
 constexpr int kMaxRows = 16;
 
@@ -54,6 +54,14 @@ inline void model(const mpk::TaskView& v) {
     for (int j = 0; j < n; ++j) row[k++] = m.input_tokens[j];
     while (k < kRow) row[k++] = -1;
 }
+// PEER: a cross-rank wait through TaskView::wait/signal, without a second process: waits
+// until its own out0 (int64) reaches the pass number (the test sets it, as "rank 1" would),
+// then signals out0 = pass + 100.
+inline void peer(const mpk::TaskView& v) {
+    int64_t* counter = v.out<int64_t>(0);
+    if (!v.wait(v, counter, v.iteration, 1, MPK_PEER_DATA)) return;
+    v.signal(v, counter, v.iteration + 100, 0);
+}
 }  // namespace fake
 
 namespace mpk_generated {
@@ -62,6 +70,7 @@ inline void execute_task(const mpk::TaskView& v) {
     case fake::SUM: fake::sum(v); return;
     case fake::MODEL: fake::model(v); return;
     case fake::THROW: throw std::runtime_error("injected failure");
+    case fake::PEER: fake::peer(v); return;
     }
 }
 }  // namespace mpk_generated
@@ -662,6 +671,55 @@ static void test_hang() {
     }
 }
 
+// A wait on a peer's counter shows as WAITING on that rank (the watchdog fires, the snapshot
+// and message name the rank); once the counter arrives the task finishes, and the pass
+// number the kernel sees keeps counting across launches (signals only grow).
+static void test_peer_wait() {
+    const int before = g_failures;
+    Graph g;
+    const int t = g.add({}, fake::PEER);
+    MpkConfig c = default_config();
+    c.watchdog_s = 0.3;
+    Instance in(g, c);
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    __atomic_store_n(reinterpret_cast<int64_t*>(&in.values[t]), int64_t(0), __ATOMIC_RELEASE);
+    in.launch();
+    const std::string msg = in.message();
+    CHECK(in.status == MPK_HANG, "status %d", in.status);
+    int waiting = 0;
+    for (const MpkWorkerState& s : in.snapshot())
+        if (s.state == MPK_WORKER_WAITING && s.task == t) {
+            ++waiting;
+            CHECK(s.peer == 1 && s.peer_wait == MPK_PEER_DATA && s.event == -1 && s.counter == 0 && s.needed == 1,
+                  "peer %d wait %d event %d counter %lld needs %lld", s.peer, s.peer_wait, s.event,
+                  (long long)s.counter, (long long)s.needed);
+        }
+    CHECK(waiting == 1, "%d workers wait at the peer task", waiting);
+    CHECK(msg.find("waits for rank 1 (its signal): counter 0, needs 1") != std::string::npos, "%s", msg.c_str());
+    CHECK(in.progress()[t] == 0, "the peer task completed without its signal");
+
+    MpkConfig c2 = default_config();
+    Instance ok(g, c2);
+    CHECK(ok.init(), "%s", ok.init_error.c_str());
+    int64_t* counter = reinterpret_cast<int64_t*>(&ok.values[t]);
+    for (int64_t pass = 1; pass <= 2; ++pass) {
+        __atomic_store_n(counter, pass - 1, __ATOMIC_RELEASE);
+        ok.meta.restore(ok.cfg, {1}, {0});
+        std::thread peer([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            __atomic_store_n(counter, pass, __ATOMIC_RELEASE);
+        });
+        ok.launch();
+        peer.join();
+        CHECK(ok.status == MPK_OK, "launch %lld: status %d %s", (long long)pass, ok.status, ok.message().c_str());
+        CHECK(__atomic_load_n(counter, __ATOMIC_ACQUIRE) == pass + 100, "launch %lld: signalled %lld",
+              (long long)pass, (long long)__atomic_load_n(counter, __ATOMIC_ACQUIRE));
+    }
+    printf("peer wait: no signal -> MPK_HANG naming rank 1 (\"...%s\"); with the signal -> OK, pass number 1 "
+           "then 2 across launches %s\n", msg.substr(msg.find("waits for rank"), msg.find(';', msg.find("waits for rank")) - msg.find("waits for rank")).c_str(),
+           g_failures == before ? "PASS" : "FAIL");
+}
+
 static void test_long_task_is_not_a_hang() {
     const int before = g_failures;
     Graph g;
@@ -782,6 +840,7 @@ int main() {
     test_invalid_at_launch();
     test_kernel_exception();
     test_hang();
+    test_peer_wait();
     test_long_task_is_not_a_hang();
     test_init_rejects();
     test_two_handles_concurrently();
