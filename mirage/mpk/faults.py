@@ -1,16 +1,19 @@
 """Fault injection for negative controls: prove each check catches the fault it exists for.
 
     PersistentKernel(..., fault=Fault("perturb", "linear_1", (0, 0, 0), amount=1e-3))
-    MPK_FAULT=perturb:linear_1:0,0,0:1e-3      (kind:layer:x,y,z[:amount[:element]])
+    MPK_FAULT=perturb:linear_1:0,0,0:1e-3      (kind:layer:x,y,z[:amount[:element[:rank]]])
 
 kinds: skip        the task's kernel does not run (its events still fire)
        perturb     output 0's element `element` (row-major in the tile) += amount
        no_trigger  the task never triggers its events (consumers starve: the watchdog fires)
+       no_signal   a cross-rank task (allreduce) signals no peer but itself: a stalled rank
+                   (the peers' watchdogs fire, naming it)
        wrong_tile  the task's output tiles move to its neighbour's (the previous one for the
                    last task of the layer); its own tile stays unwritten
        drop_dependency  the task waits on nothing
-The first three run in the runtime and are compiled in only when a fault is requested
+The first four run in the runtime and are compiled in only when a fault is requested
 (-DMPK_FAULT_INJECTION, a separate cache entry); the last two edit the task table.
+`rank` limits a fault to one rank of a multi-rank job (None: every rank).
 """
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ from dataclasses import dataclass
 
 from . import abi
 
-RUNTIME_KINDS = {"skip": abi.FAULT_SKIP, "perturb": abi.FAULT_PERTURB, "no_trigger": abi.FAULT_NO_TRIGGER}
+RUNTIME_KINDS = {"skip": abi.FAULT_SKIP, "perturb": abi.FAULT_PERTURB, "no_trigger": abi.FAULT_NO_TRIGGER,
+                 "no_signal": abi.FAULT_NO_SIGNAL}
 TABLE_KINDS = ("wrong_tile", "drop_dependency")
 
 
@@ -30,6 +34,7 @@ class Fault:
     task: tuple[int, int, int] = (0, 0, 0)
     amount: float = 0.0
     element: int = 0
+    rank: int | None = None
 
     def __post_init__(self):
         if self.kind not in RUNTIME_KINDS and self.kind not in TABLE_KINDS:
@@ -47,9 +52,11 @@ def from_env() -> Fault | None:
         coord = coord + (0,) * (3 - len(coord))
         amount = float(parts[3]) if len(parts) > 3 else 0.0
         element = int(parts[4]) if len(parts) > 4 else 0
-        return Fault(parts[0], parts[1], coord, amount, element)
+        rank = int(parts[5]) if len(parts) > 5 and parts[5] != "" else None
+        return Fault(parts[0], parts[1], coord, amount, element, rank)
     except (IndexError, ValueError) as e:
-        raise ValueError(f"MPK_FAULT={raw!r}: expected kind:layer:x,y,z[:amount[:element]] ({e})") from None
+        raise ValueError(f"MPK_FAULT={raw!r}: expected kind:layer:x,y,z[:amount[:element[:rank]]] "
+                         f"({e})") from None
 
 
 def locate(fault: Fault, graph) -> int:
@@ -64,6 +71,9 @@ def locate(fault: Fault, graph) -> int:
     if fault.kind == "wrong_tile" and len(tasks) == 1:
         raise ValueError(f"fault wrong_tile: layer '{fault.layer}' has a grid of 1, so there is no "
                          f"neighbouring tile to write")
+    if fault.kind == "no_signal" and task.layer.signal_role is None:
+        raise ValueError(f"fault no_signal: layer '{fault.layer}' signals no other rank (allreduce "
+                         f"layers do)")
     if fault.kind == "perturb":
         n = 1
         for d in task.outputs[0].dims:

@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from itertools import product
 
-from .boxes import Box, BoxIndex, uncovered, volume
+from .boxes import Box, BoxIndex, intersect, uncovered, volume
 from .errors import GraphError
 from .layers import NOT_SPLIT, Access, Layer
 from .tensor import FUSED, DTensor, map_fused_rows
@@ -54,6 +54,7 @@ class Task:
     deps: set[int] = field(default_factory=set)
     event: int = -1                                  # event waited on, -1 = none
     triggers: list[int] = field(default_factory=list)
+    signal: tuple[int, int, int] | None = None       # cross-rank (slot, use, uses per pass)
 
     @property
     def label(self) -> str:
@@ -74,6 +75,7 @@ class Graph:
     tasks: list[Task | None]      # tasks[0] is TERMINATE (None)
     events: list[Event]
     coarsened: list[str] = field(default_factory=list)
+    num_signal_slots: int = 0
 
     @property
     def end_event(self) -> int:
@@ -155,6 +157,7 @@ def _build(layers: list[Layer]) -> Graph:
         _record(history, li, layer, mine)
     graph = Graph(layers, tasks, [])
     _assign_events(graph)
+    _assign_signals(graph)
     return graph
 
 
@@ -199,6 +202,33 @@ def _check_no_cross_task_rw(layer: Layer, tasks: list[Task], reads: BoxIndex, wr
 def _label(tasks: list[Task], tid: int) -> str:
     first = tasks[0].id
     return str(tasks[tid - first].coord)
+
+
+# ---- cross-rank signal slots ----------------------------------------------------------------
+
+def _assign_signals(graph: Graph) -> None:
+    """One slot per distinct tile of a symmetric buffer (csrc/tasks/cpu/allreduce.h); tasks of
+    layers that share the tile use its slot in program order, which the local dependencies on
+    the buffer (a write) enforce on every rank alike."""
+    slots: dict[tuple[int, Box], list[Task]] = {}
+    for t in graph.tasks[1:]:
+        if t.layer.signal_role is None:
+            continue
+        tile = next(x for x in t.inputs + t.outputs if x.role == t.layer.signal_role)
+        key = (tile.tensor.id, tile.box)
+        if key not in slots:
+            for (tid, box), users in slots.items():
+                if tid == tile.tensor.id and intersect(box, tile.box):
+                    raise GraphError(
+                        f"layer '{t.layer.name}' task {t.coord} uses '{tile.tensor.name}' elements "
+                        f"{tile.box[0]}..{tile.box[1]}, which overlap but differ from the tile "
+                        f"{box[0]}..{box[1]} of layer '{users[0].layer.name}': layers sharing a "
+                        f"symmetric buffer must split it the same way (same grid), or use their own")
+        slots.setdefault(key, []).append(t)
+    for slot, users in enumerate(slots.values()):
+        for use, t in enumerate(users):
+            t.signal = (slot, use, len(users))
+    graph.num_signal_slots = len(slots)
 
 
 # ---- events --------------------------------------------------------------------------------

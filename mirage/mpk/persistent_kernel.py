@@ -1,6 +1,7 @@
 """PersistentKernel: MPK's public API. It holds state and delegates; layers live in layers/."""
 from __future__ import annotations
 
+import ctypes as C
 import functools
 import logging
 import os
@@ -8,7 +9,7 @@ import os
 import torch
 
 from . import build as build_mod
-from . import codegen, faults, written
+from . import codegen, dist, faults, written
 from . import graph as graph_mod
 from .dtypes import DType, bfloat16, to_dtype
 from .errors import MPKRuntimeError
@@ -16,7 +17,17 @@ from .faults import Fault
 from .layers import find_layer
 from .meta import build_meta
 from .runtime import Runtime
-from .tensor import ATTACHED, FUSED, NEW, SHUFFLED, DTensor, check_name, row_major_strides, shuffle_into
+from .tensor import (
+    ATTACHED,
+    FUSED,
+    NEW,
+    SHUFFLED,
+    SYMMETRIC,
+    DTensor,
+    check_name,
+    row_major_strides,
+    shuffle_into,
+)
 
 log = logging.getLogger("mirage.mpk")
 
@@ -28,6 +39,8 @@ _MPK_DEFAULTS = dict(mode="offline", world_size=1, mpi_rank=0, num_workers=1, nu
 _POSITIVE = ("num_workers", "num_local_schedulers", "max_seq_length", "max_num_batched_requests",
              "max_num_batched_tokens", "max_num_pages", "page_size", "world_size")
 _BACKENDS = ("auto", "cpu", "cuda")
+_IO_CATEGORIES = {"cuda_tensor": NEW, "cpu_tensor": NEW, "nvshmem_tensor": SYMMETRIC,
+                  "symmetric_tensor": SYMMETRIC}
 
 
 def _env_float(name: str, default: float) -> float:
@@ -68,11 +81,10 @@ class PersistentKernel:
                 raise ValueError(f"PersistentKernel: {key} must be a positive int, got {v!r}")
         if mode != "offline":
             raise ValueError(f"PersistentKernel: mode {mode!r} is not supported; use 'offline'")
-        if world_size > 1:
-            raise ValueError(f"PersistentKernel: world_size={world_size} needs multi-rank support "
-                             f"(MPI), which this version does not have yet; use world_size=1")
-        if not 0 <= mpi_rank < world_size:
-            raise ValueError(f"PersistentKernel: mpi_rank={mpi_rank} is outside 0..{world_size - 1}")
+        if not isinstance(mpi_rank, int) or not 0 <= mpi_rank < world_size:
+            raise ValueError(f"PersistentKernel: mpi_rank={mpi_rank!r} is outside 0..{world_size - 1}")
+        # world_size > 1: COMM_WORLD must match, and an uncaught exception aborts the job (dist.py)
+        self._comm = dist.world(world_size, mpi_rank) if world_size > 1 else None
         if backend not in _BACKENDS:
             raise ValueError(f"PersistentKernel: backend={backend!r}; expected one of {_BACKENDS}")
         if profiler_tensor is not None:
@@ -88,6 +100,13 @@ class PersistentKernel:
         self.schedule_jitter = schedule_jitter
         self.sanitize = os.environ.get("MPK_SANITIZE", "")
         self.fault = fault if fault is not None else faults.from_env()
+        if self.fault is not None and self.fault.rank is not None:
+            if not 0 <= self.fault.rank < world_size:
+                raise ValueError(f"PersistentKernel: fault rank {self.fault.rank} is outside "
+                                 f"0..{world_size - 1}")
+            if self.fault.rank != mpi_rank:
+                self.fault = None              # the fault hits another rank; this one runs clean
+        self._heap: dist.SymmetricHeap | None = None
         self._given_meta = dict(meta_tensors or {})
         self.meta_tensors: dict[str, torch.Tensor] = {}
         self.tensors: dict[str, DTensor] = {}
@@ -99,6 +118,7 @@ class PersistentKernel:
         self._runtime: Runtime | None = None
         self._meta_at_first_launch: dict[str, torch.Tensor] | None = None
         self._finalized = False
+        self.passes = 0                     # graph passes of the last launch
 
     # ---- tensors ---------------------------------------------------------------------------
 
@@ -169,10 +189,12 @@ class PersistentKernel:
         if strides is not None and tuple(strides) != row_major_strides(dims):
             raise ValueError(f"new_tensor '{name}': strides {tuple(strides)} are not row-major "
                              f"{row_major_strides(dims)}; only row-major tensors are supported")
-        if io_category not in ("cuda_tensor", "cpu_tensor"):
-            raise ValueError(f"new_tensor '{name}': io_category {io_category!r} is not supported yet "
-                             f"(symmetric 'nvshmem_tensor' comes with multi-rank support)")
-        return self._add(DTensor(name, dims, row_major_strides(dims), to_dtype(dtype), NEW))
+        if io_category not in _IO_CATEGORIES:
+            raise ValueError(f"new_tensor '{name}': io_category {io_category!r} is not one of "
+                             f"{sorted(_IO_CATEGORIES)} ('nvshmem_tensor' = 'symmetric_tensor': memory every "
+                             f"rank maps, e.g. an allreduce buffer)")
+        kind = _IO_CATEGORIES[io_category]
+        return self._add(DTensor(name, dims, row_major_strides(dims), to_dtype(dtype), kind))
 
     def _view_inputs(self, what: str, inputs, dim: int, num_groups: int) -> list[DTensor]:
         if dim != 0:
@@ -268,7 +290,7 @@ class PersistentKernel:
                 _check_shuffle_inputs_constant(t, graph)
         meta = build_meta(self.params, self._given_meta, self.device)
         for t in self._table():
-            if t.data is None:
+            if t.data is None and t.kind != SYMMETRIC:
                 t.data = torch.zeros(t.dims, dtype=t.dtype.torch, device=self.device)
         variants = codegen.Variants(self.layers)
         if self.fault is not None:
@@ -290,9 +312,24 @@ class PersistentKernel:
                       max_num_batched_tokens=p["max_num_batched_tokens"], max_num_pages=p["max_num_pages"],
                       page_size=p["page_size"], total_num_requests=meta["tokens"].shape[0],
                       eos_token_id=p["eos_token_id"], mpi_rank=self.mpi_rank, world_size=self.world_size)
+        self._allocate_symmetric(graph, config)     # collective: after every rank's compile
         self._runtime = Runtime(self.build.path, graph, variants, self._table(), meta, config, self.fault)
         self.meta_tensors = meta
         self.graph = graph
+
+    def _allocate_symmetric(self, graph, config: dict) -> None:
+        """Symmetric tensors and signal counters in node-shared memory (dist.SymmetricHeap)."""
+        symmetric = [t for t in self._table() if t.kind == SYMMETRIC]
+        if not symmetric and not graph.num_signal_slots:
+            return
+        if self.device.type != "cpu":
+            raise NotImplementedError("symmetric tensors on CUDA (IPC / NVSHMEM) are not implemented yet")
+        self._heap = dist.SymmetricHeap(self._comm, self.world_size, self.mpi_rank)
+        self._heap.allocate(symmetric, graph.num_signal_slots)
+        tensor_table, signal_table = self._heap.pointer_tables(len(self._table()))
+        self._pointer_tables = (tensor_table, signal_table)     # alive until mpk_init has copied them
+        config.update(peer_tensor_ptrs=C.addressof(tensor_table), peer_signal_ptrs=C.addressof(signal_table),
+                      num_signal_slots=graph.num_signal_slots)
 
     def __call__(self, **kwargs) -> None:
         """Launch. In test mode: poison outputs, run exactly one pass, check every tile was written."""
@@ -314,6 +351,7 @@ class PersistentKernel:
                 self.meta_tensors[k].copy_(v)
             written.poison(self.graph)
         passes = self._runtime.launch()
+        self.passes = passes
         if self.test_mode:
             if passes != 1:
                 raise MPKRuntimeError(f"test mode ran {passes} passes of the graph; expected exactly 1")
@@ -343,6 +381,9 @@ class PersistentKernel:
         if self._runtime is not None:
             self._runtime.finalize()
             self._runtime = None
+        if self._heap is not None:          # collective with world_size > 1: every rank finalizes
+            self._heap.free()
+            self._heap = None
         self._finalized = True
 
     def wait(self) -> None:

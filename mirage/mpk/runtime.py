@@ -29,6 +29,9 @@ def _task_struct(task, variants: Variants) -> abi.MpkTask:
         s.trigger_events[i] = e
     for i, v in enumerate(task.layer.iparams):
         s.iparams[i] = v
+    if task.signal is not None:                      # cross-rank (slot, use, uses per pass)
+        for i, v in enumerate(task.signal):
+            s.iparams[i] = v
     for i, v in enumerate(task.layer.fparams):
         s.fparams[i] = v
     for k, tile in enumerate(task.inputs + task.outputs):
@@ -135,6 +138,16 @@ class Runtime:
                 continue
             task = g.tasks[w.task]
             line = f"  worker {w.worker}: {state} in layer '{task.layer.name}' task {task.coord}"
+            if w.state == 1 and w.peer >= 0:
+                tile = f"'{task.layer.name}' tile {task.coord}"
+                if w.peer_wait == abi.PEER_CONSUMED:
+                    line += (f", waits for rank {w.peer} to finish reading {tile} of the previous pass "
+                             f"(counter {w.counter}, needs {w.needed})")
+                else:
+                    line += (f", waits for rank {w.peer}'s signal on {tile} (counter {w.counter}, "
+                             f"needs {w.needed}): rank {w.peer} has not sent its part")
+                lines.append(line)
+                continue
             if w.state == 1 and w.event >= 0:
                 producers = [g.tasks[p] for p in g.triggers_of(w.event)]
                 late = [p for p in producers if progress[p.id] < w.iteration]

@@ -14,6 +14,7 @@ _CPP_RESERVED = {"int", "float", "double", "char", "void", "auto", "class", "str
                  "return", "if", "else", "for", "while", "switch", "case", "default", "const", "static"}
 
 ATTACHED, NEW, SHUFFLED, FUSED, META = "attached", "new", "shuffled", "fused", "meta"
+SYMMETRIC = "symmetric"      # new, in node-shared memory every rank maps (dist.py)
 
 
 def row_major_strides(dims: tuple[int, ...]) -> tuple[int, ...]:

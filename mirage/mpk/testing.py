@@ -26,14 +26,20 @@ kernel's own inputs); the end-to-end bound composes the layers' u_in terms.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import os
+import shutil
+import signal
+import subprocess
 import sys
+import sysconfig
 from dataclasses import dataclass
 
 import torch
 
+from . import dist
 from .dtypes import DType, float32, to_dtype
 from .layers import DIFFERS_FROM_INPUT, FINITE, NONZERO
 
@@ -82,6 +88,12 @@ def tol_rmsnorm(dtype, hidden: int) -> Tolerance:
 
 # ---- evidence ------------------------------------------------------------------------------
 
+def say(line: str) -> None:
+    """Print one evidence line, prefixed "[rank r] " in a multi-rank job, and flush."""
+    sys.stdout.write(f"{dist.rank_prefix()}{line}\n")     # one write: ranks' lines do not interleave
+    sys.stdout.flush()
+
+
 def _fmt_index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     idx = []
     for s in reversed(shape):
@@ -121,9 +133,9 @@ def evidence(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Toler
     max_rel = float(rel.max()) if rel.numel() else 0.0
     atol_shown = float(torch.as_tensor(tol.atol, dtype=torch.float64).max())
     shape = tuple(actual.shape)
-    print(f"EVIDENCE {name} {str(actual.dtype).replace('torch.', '')} {shape} max_abs={max_abs:.3e} "
-          f"max_rel={max_rel:.3e} atol={atol_shown:.3e} rtol={tol.rtol:.3e} "
-          f"worst_index={_fmt_index(worst, shape)} {'PASS' if c.n_bad == 0 else 'FAIL'}", flush=True)
+    say(f"EVIDENCE {name} {str(actual.dtype).replace('torch.', '')} {shape} max_abs={max_abs:.3e} "
+        f"max_rel={max_rel:.3e} atol={atol_shown:.3e} rtol={tol.rtol:.3e} "
+        f"worst_index={_fmt_index(worst, shape)} {'PASS' if c.n_bad == 0 else 'FAIL'}")
     return max_abs, worst
 
 
@@ -135,7 +147,7 @@ def assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: T
         a, e = getattr(actual, attr), getattr(expected, attr)
         if a != e:
             line = f"EVIDENCE {name} {actual.dtype} {tuple(actual.shape)} - - - - - FAIL"
-            print(line, flush=True)
+            say(line)
             raise AssertionError(f"'{name}': the values for attribute '{attr}' do not match: {a} != {e}")
     c = compare(actual, expected, tol)
     max_abs, worst = evidence(name, actual, expected, tol, c)
@@ -159,7 +171,7 @@ def assert_equal(name: str, actual, expected) -> None:
     shape = tuple(actual.shape) if isinstance(actual, torch.Tensor) else (len(a),) if isinstance(a, list) \
         else ()
     ok = a == e
-    print(f"EVIDENCE {name} exact {shape} {'PASS' if ok else 'FAIL'}", flush=True)
+    say(f"EVIDENCE {name} exact {shape} {'PASS' if ok else 'FAIL'}")
     if not ok:
         raise AssertionError(f"'{name}' is not equal:\n  actual   {a}\n  expected {e}\n"
                              f"seed: MPK_SEED={seed()}")
@@ -223,14 +235,14 @@ def assert_no_divergence(pk, references: dict[str, torch.Tensor], tolerances: di
     """Compare every intermediate with its reference; print and raise the first divergence."""
     report = first_divergence(pk, references, tolerances)
     agree = f"DIVERGENCE none: {len(references)} tensors agree"
-    print(f"DIVERGENCE {report}" if report else agree, flush=True)
+    say(f"DIVERGENCE {report}" if report else agree)
     if report:
         raise AssertionError(report)
 
 
 def _nonvacuous_line(name: str, check: str, ok: bool, detail: str = "") -> None:
     verdict = "PASS" if ok else "FAIL"
-    print(f"NONVACUOUS {name} {check} {verdict}{(' ' + detail) if detail else ''}", flush=True)
+    say(f"NONVACUOUS {name} {check} {verdict}{(' ' + detail) if detail else ''}")
     if not ok:
         raise AssertionError(f"non-vacuity check '{check}' failed for '{name}' {detail}")
 
@@ -320,3 +332,57 @@ def cpu_config(jitter_seed: int | None = 0, **overrides) -> dict:
     params.update(overrides)
     params["schedule_jitter"] = jitter_seed
     return params
+
+
+# ---- multi-rank ----------------------------------------------------------------------------
+
+all_ranks_agree = dist.all_ranks_agree
+
+
+@contextlib.contextmanager
+def on_all_ranks(what: str):
+    """Run checks, then agree across ranks (dist.all_ranks_agree) before any later collective:
+    a rank whose check failed re-raises its error, the others raise naming the failed ranks."""
+    try:
+        yield
+    except Exception as e:
+        dist.all_ranks_agree(False, what)     # raises on every rank, naming the failed ones
+        raise AssertionError(f"{what}: {e}") from e   # not reached
+    dist.all_ranks_agree(True, what)
+
+
+def mpiexec() -> str:
+    """The `mpiexec` of this Python's environment (the mpich wheel installs it), else the PATH's."""
+    here = os.path.join(sysconfig.get_path("scripts"), "mpiexec")
+    found = here if os.access(here, os.X_OK) else shutil.which("mpiexec")
+    if not found:
+        raise FileNotFoundError(f"mpiexec not found in {os.path.dirname(here)} or on PATH: "
+                                f"{dist.INSTALL_HINT}")
+    return found
+
+
+def mpirun(file: str, n: int, timeout: float = 60, args: tuple = (),
+           env: dict | None = None) -> tuple[int, str]:
+    """Run `mpiexec -n N python FILE ARGS` and return (exit code, stdout + stderr); 124 on a timeout,
+    after killing the whole job. Multi-rank tests assert on the code and on per-rank evidence lines."""
+    cmd = [mpiexec(), "-n", str(n), sys.executable, file, *map(str, args)]
+    full_env = dict(os.environ, **(env or {}))
+    full_env.pop("PYTEST_CURRENT_TEST", None)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)           # mpiexec and every rank: one session
+        out, _ = proc.communicate()
+        out += f"\n[mpirun] TIMEOUT: killed after {timeout:g} s: {' '.join(cmd)}\n"
+        code = 124
+    print(f"$ {' '.join(cmd)}  -> exit {code}\n{out}", flush=True)
+    return code, out
+
+
+def rank_lines(output: str, rank: int, prefix: str) -> list[str]:
+    """Lines of rank `rank` in an mpirun output that start with `prefix` (after "[rank r] ")."""
+    tag = f"[rank {rank}] {prefix}"
+    return [line for line in output.splitlines() if line.startswith(tag)]

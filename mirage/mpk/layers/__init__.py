@@ -41,6 +41,9 @@ class Layer:
     iparams: tuple[int, ...] = ()
     checks: tuple[str, ...] = DEFAULT_CHECKS
     params: dict = field(default_factory=dict)   # for references and reports (eps, ...)
+    # Role of a symmetric output whose tile's cross-rank signal slot each task uses (allreduce):
+    # the graph numbers the slots and passes (slot, use, uses per pass) as iparams 0..2.
+    signal_role: str | None = None
 
     @property
     def cpp_function(self) -> str:
