@@ -1,0 +1,149 @@
+"""allreduce_layer across MPI ranks: every rank holds a different random input; each gets the sum.
+
+Run: mpirun -n 4 python tests/runtime_python/allreduce/test_allreduce_testmode.py
+pytest runs that command for N = 2 and 4 as a subprocess (the entry point is under
+__main__, so pytest never runs it as one rank) and checks every rank's evidence lines; it
+also runs the one-rank case in process (world_size 1: the sum of one term).
+
+Per case, on every rank: inputs from a generator seeded per rank (they differ across ranks:
+checked), the reference sums the allgathered inputs in float64, the budget is a sum of W
+terms (tolerance(dtype, k=W, scale=sum_r |x_r|)), and the output's sha256 is gathered:
+every rank's output must be bit-identical. Each case launches twice (pk() twice: the
+second pass reuses the buffer slots, so a fast rank must wait for slow readers), several
+workers, schedule jitter. The offline case runs 4 passes of allreduce -> copy back into
+the input, so each pass sums the previous pass's result (expected W^3 * sum_r x_r): a
+slot overwritten before a slow peer read it would show.
+"""
+import hashlib
+import os
+import sys
+
+import pytest
+import torch
+
+from mirage.mpk import testing
+from mirage.mpk.persistent_kernel import PersistentKernel
+
+ref = testing.load_reference(__file__)
+
+# (dtype, batch, hidden, grid.x): all dtypes; a non-power-of-two split; one-row tiles; grid 1
+CASES = [(torch.bfloat16, 4, 96, 3), (torch.float16, 2, 64, 4), (torch.float32, 4, 96, 3),
+         (torch.float32, 1, 20, 5), (torch.float32, 3, 32, 1)]
+LAUNCHES = 2
+OFFLINE_PASSES = 4
+BLOCK = (128, 1, 1)
+
+
+def world():
+    """(comm, rank, size): COMM_WORLD under mpirun, (None, 0, 1) in this process under pytest."""
+    if __name__ != "__main__":
+        return None, 0, 1
+    from mpi4py import MPI
+    return MPI.COMM_WORLD, MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+
+
+def gather(comm, obj) -> list:
+    return comm.allgather(obj) if comm is not None else [obj]
+
+
+def build(comm, rank, size, dtype, batch, hidden, grid, jitter, offline=False):
+    params = testing.cpu_config(jitter_seed=jitter, world_size=size, mpi_rank=rank)
+    if offline:     # MPK's decode loop: one pass per token after the prompt's
+        params.update(test_mode=False, max_seq_length=OFFLINE_PASSES + 1, max_num_pages=OFFLINE_PASSES + 1)
+    pk = PersistentKernel(**params)
+    gen = testing.generator(offset=1000 * rank + hidden)          # a different input per rank
+    x = testing.randn((batch, hidden), dtype, gen)
+    out = torch.zeros(batch, hidden, dtype=dtype)
+    x_dt, out_dt = pk.attach_input(x, name="x"), pk.attach_input(out, name="out")
+    buf = pk.new_tensor((size, batch, hidden), dtype=dtype, name="buf", io_category="nvshmem_tensor")
+    pk.allreduce_layer(input=x_dt, buffer=buf, output=out_dt, grid_dim=(grid, 1, 1), block_dim=BLOCK)
+    if offline:     # feed the sum back: the next pass sums it again
+        pk.identity_layer(input=out_dt, output=x_dt, grid_dim=(batch, 1, 1), block_dim=BLOCK)
+    return pk, x, out
+
+
+def check_identical(comm, name: str, out: torch.Tensor) -> None:
+    """Every rank's output has the same bytes (sha256 gathered from all ranks)."""
+    digest = hashlib.sha256(out.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()[:16]
+    digests = gather(comm, digest)
+    with testing.on_all_ranks(f"{name} bit-identical across ranks"):
+        assert len(set(digests)) == 1, f"{name}: outputs differ across ranks: {digests}"
+    testing.say(f"IDENTICAL {name} sha256={digest} on all {len(digests)} rank(s) PASS")
+
+
+def run_case(dtype, batch, hidden, grid, jitter, output_dir=None):
+    comm, rank, size = world()
+    pk, x, out = build(comm, rank, size, dtype, batch, hidden, grid, jitter)
+    pk.compile(output_dir=output_dir)
+    inputs = gather(comm, x)
+    with testing.on_all_ranks("inputs differ across ranks"):
+        assert all(not torch.equal(inputs[0], other) for other in inputs[1:]), "ranks drew the same input"
+    expected = ref.allreduce(inputs)
+    tol = testing.tolerance(dtype, k=size, scale=sum(t.double().abs() for t in inputs))
+    name = f"allreduce[{str(dtype)[6:]},W={size},{batch}x{hidden},grid={grid},jitter={jitter}]"
+    for launch in range(LAUNCHES):
+        pk()
+        with testing.on_all_ranks(f"{name} launch {launch}"):
+            testing.check_output(f"{name}.launch{launch}", out, expected, tol, pk.layers[0].checks, (x,))
+        check_identical(comm, f"{name}.launch{launch}", out)
+    pk.finalize()
+    return pk
+
+
+def run_offline(jitter=7):
+    comm, rank, size = world()
+    dtype, batch, hidden, grid = torch.float32, 4, 48, 3
+    pk, x, out = build(comm, rank, size, dtype, batch, hidden, grid, jitter, offline=True)
+    pk.compile()
+    inputs = gather(comm, x.clone())
+    pk()
+    name = f"allreduce_offline[float32,W={size},{batch}x{hidden},grid={grid},passes={pk.passes}]"
+    with testing.on_all_ranks(f"{name} pass count"):
+        assert pk.passes == OFFLINE_PASSES, f"{name}: expected {OFFLINE_PASSES} passes"
+    growth = float(size) ** (pk.passes - 1)           # each later pass sums W copies of the last result
+    expected = ref.allreduce(inputs) * growth
+    # a chain of passes composes their budgets: passes sums of W terms, relative to the final scale
+    scale = sum(t.double().abs() for t in inputs) * growth
+    tol = testing.tolerance(dtype, k=size * pk.passes, scale=scale)
+    with testing.on_all_ranks(name):
+        testing.check_output(name, out, expected, tol, pk.layers[0].checks, (inputs[rank],))
+    check_identical(comm, name, out)
+    pk.finalize()
+
+
+def main():
+    out_dir = os.environ.get("MPK_OUTPUT_DIR", "./test_output")
+    for i, case in enumerate(CASES):
+        pk = run_case(*case, jitter=11 + i, output_dir=out_dir)
+    run_offline()
+    testing.say(f"generated code and task graph: {pk.output_files[0]}, {pk.output_files[1]}")
+    testing.say("All allreduce cases PASS")
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_allreduce_mpirun(ranks, tmp_path):
+    code, out = testing.mpirun(__file__, ranks, timeout=150, env={"MPK_OUTPUT_DIR": str(tmp_path)})
+    assert code == 0, f"mpirun -n {ranks} failed (exit {code}); output above"
+    for r in range(ranks):
+        evidence = testing.rank_lines(out, r, "EVIDENCE ")
+        assert len(evidence) == LAUNCHES * len(CASES) + 1, f"rank {r}: {len(evidence)} evidence lines"
+        assert all(line.endswith(" PASS") for line in evidence), f"rank {r}: {evidence}"
+        identical = testing.rank_lines(out, r, "IDENTICAL ")
+        assert len(identical) == len(evidence), f"rank {r}: {len(identical)} IDENTICAL lines"
+        assert all(f"on all {ranks} rank(s) PASS" in line for line in identical), f"rank {r}: {identical}"
+        assert testing.rank_lines(out, r, "All allreduce cases PASS"), f"rank {r} did not finish"
+        assert any(f"W={ranks}," in ln and "passes=4" in ln for ln in evidence)
+
+
+@pytest.mark.parametrize("case", CASES[2:4], ids=lambda c: f"{c[1]}x{c[2]}-grid{c[3]}")
+def test_allreduce_one_rank(case, tmp_path):
+    run_case(*case, jitter=3, output_dir=str(tmp_path))
+
+
+def test_allreduce_one_rank_offline():
+    run_offline()
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
