@@ -1,0 +1,121 @@
+"""A failure on one rank never hangs a multi-rank job (DESIGN 8).
+
+    mpirun -n 3 python test_multirank_failures.py exception   rank 1 raises after compile(): the
+        excepthook prints its traceback with the rank and calls MPI_Abort; every rank ends
+    mpirun -n 2 python test_multirank_failures.py die         rank 1 SIGKILLs itself while rank 0
+        waits in the allreduce for its signal: mpiexec ends the job with a non-zero code
+    mpirun -n 4 python test_multirank_failures.py stall       rank 2 stays alive but never signals
+        (fault no_signal on one allreduce task): the other ranks' watchdogs fire (watchdog_s 2)
+        with MPKHangError naming rank 2; all ranks agree on the outcome and exit 0
+
+pytest runs each as a subprocess with a timeout (the entry point is under __main__) and
+asserts the exit code, the time to end (well below 30 s after startup) and the messages.
+"""
+import os
+import signal
+import sys
+import time
+
+import torch
+
+from mirage.mpk import testing
+from mirage.mpk.errors import MPKHangError
+from mirage.mpk.faults import Fault
+from mirage.mpk.persistent_kernel import PersistentKernel
+
+WATCHDOG_S = 2.0
+STALLED_RANK, STALLED_TILE = 2, (1, 0, 0)
+
+
+def build(rank: int, size: int, fault=None, watchdog_s: float = 30.0) -> PersistentKernel:
+    """Only the stall case shortens the watchdog: elsewhere the failed rank alone must end the job."""
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=5, world_size=size, mpi_rank=rank),
+                          watchdog_s=watchdog_s, fault=fault)
+    x = testing.randn((2, 24), torch.float32, testing.generator(offset=rank))
+    x_dt, out_dt = pk.attach_input(x, name="x"), pk.attach_input(torch.zeros(2, 24), name="out")
+    buf = pk.new_tensor((size, 2, 24), dtype=torch.float32, name="buf", io_category="symmetric_tensor")
+    pk.allreduce_layer(input=x_dt, buffer=buf, output=out_dt, grid_dim=(3, 1, 1), block_dim=(128, 1, 1))
+    pk.compile()
+    return pk
+
+
+def main(mode: str) -> None:
+    from mpi4py import MPI
+    rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    if mode == "stall":
+        fault = Fault("no_signal", "allreduce_0", STALLED_TILE, rank=STALLED_RANK)
+        pk = build(rank, size, fault, watchdog_s=WATCHDOG_S)
+        t0 = time.perf_counter()
+        try:
+            pk()
+            outcome = "completed"
+        except MPKHangError as e:
+            outcome = str(e)
+        elapsed = time.perf_counter() - t0
+        with testing.on_all_ranks("stall outcome"):
+            if rank == STALLED_RANK:          # it got every peer's signal, and its own
+                assert outcome == "completed", outcome
+            else:
+                want = (f"waits for rank {STALLED_RANK}'s signal on 'allreduce_0' tile {STALLED_TILE} "
+                        f"(counter 0, needs 1)")
+                assert want in outcome, outcome
+                assert elapsed < WATCHDOG_S + 1.0, f"MPKHangError after {elapsed:.2f} s"
+        first = outcome.splitlines()[0] if rank == STALLED_RANK else next(
+            ln.strip() for ln in outcome.splitlines() if "waits for rank" in ln)
+        testing.say(f"STALL after {elapsed:.2f} s: {first}")
+        pk.finalize()
+        return
+    pk = build(rank, size)
+    if rank == 1:
+        testing.say(f"FAILING at {time.time():.3f} ({mode})")
+        if mode == "exception":
+            raise RuntimeError("injected failure on rank 1")
+        os.kill(os.getpid(), signal.SIGKILL)
+    testing.say("launching; rank 1 will never signal")
+    pk()                                           # waits for rank 1 until the job is ended
+    raise AssertionError("unreachable: the allreduce completed without rank 1")
+
+
+def run(mode: str, ranks: int) -> tuple[int, str, float]:
+    """(exit code, output, seconds from rank 1's failure to the end of the job; the whole run for stall)."""
+    t0 = time.time()
+    code, out = testing.mpirun(__file__, ranks, timeout=50, args=(mode,))
+    end = time.time()
+    failing = testing.rank_lines(out, 1, "FAILING at ")
+    return code, out, end - (float(failing[0].split()[4]) if failing else t0)
+
+
+def test_exception_on_one_rank_ends_the_job_with_its_traceback():
+    code, out, elapsed = run("exception", 3)
+    assert code not in (0, 124), f"exit {code}"
+    assert "[rank 1] Traceback (most recent call last):" in out
+    assert "[rank 1] RuntimeError: injected failure on rank 1" in out
+    assert "[rank 1] uncaught RuntimeError: calling MPI_Abort" in out
+    assert elapsed < 30, f"the job ended {elapsed:.1f} s after rank 1 failed"
+    print(f"ENDED exception: exit {code}, {elapsed:.1f} s after rank 1 raised")
+
+
+def test_a_rank_that_dies_ends_the_job():
+    code, out, elapsed = run("die", 2)
+    assert code not in (0, 124), f"exit {code}"
+    assert "[rank 0] launching" in out
+    assert "unreachable" not in out
+    assert elapsed < 30, f"the job ended {elapsed:.1f} s after rank 1 died"
+    print(f"ENDED die: exit {code}, {elapsed:.1f} s after rank 1 died")
+
+
+def test_a_stalled_rank_is_named_by_the_others_watchdog():
+    code, out, elapsed = run("stall", 4)
+    assert code == 0, f"exit {code}"
+    for r in range(4):
+        lines = testing.rank_lines(out, r, "STALL ")
+        assert lines, f"rank {r} printed no STALL line"
+        if r != STALLED_RANK:
+            assert f"waits for rank {STALLED_RANK}'s signal on 'allreduce_0' tile {STALLED_TILE}" in lines[0]
+    print(f"ENDED stall: exit {code} after {elapsed:.1f} s (startup and compile included)")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in ("exception", "die", "stall"):
+        raise SystemExit(f"usage: mpirun -n N python {sys.argv[0]} exception|die|stall")
+    main(sys.argv[1])
