@@ -8,5 +8,6 @@ setup(
     python_requires=">=3.10",
     # Any recent torch: GPU machines keep their own build. README/.ci pin torch==2.13.0 (CPU).
     install_requires=["torch>=2.1", "filelock>=3.0"],
-    extras_require={"test": ["pytest>=7", "ruff"]},
+    # mpi: multi-rank runs and tests (world_size > 1); MPICH's wheel brings mpiexec, no root needed
+    extras_require={"test": ["pytest>=7", "ruff"], "mpi": ["mpi4py>=4", "mpich"]},
 )
