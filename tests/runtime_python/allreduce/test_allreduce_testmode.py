@@ -12,7 +12,8 @@ every rank's output must be bit-identical. Each case launches twice (pk() twice:
 second pass reuses the buffer slots, so a fast rank must wait for slow readers), several
 workers, schedule jitter. The offline case runs 4 passes of allreduce -> copy back into
 the input, so each pass sums the previous pass's result (expected W^3 * sum_r x_r): a
-slot overwritten before a slow peer read it would show.
+slot overwritten before a slow peer read it would show. The shared-buffer case chains two
+allreduce layers on one buffer (uses 0 and 1 of each slot in a pass).
 """
 import hashlib
 import os
@@ -46,7 +47,7 @@ def gather(comm, obj) -> list:
     return comm.allgather(obj) if comm is not None else [obj]
 
 
-def build(comm, rank, size, dtype, batch, hidden, grid, jitter, offline=False):
+def build(comm, rank, size, dtype, batch, hidden, grid, jitter, offline=False, shared=False):
     params = testing.cpu_config(jitter_seed=jitter, world_size=size, mpi_rank=rank)
     if offline:     # MPK's decode loop: one pass per token after the prompt's
         params.update(test_mode=False, max_seq_length=OFFLINE_PASSES + 1, max_num_pages=OFFLINE_PASSES + 1)
@@ -56,6 +57,10 @@ def build(comm, rank, size, dtype, batch, hidden, grid, jitter, offline=False):
     out = torch.zeros(batch, hidden, dtype=dtype)
     x_dt, out_dt = pk.attach_input(x, name="x"), pk.attach_input(out, name="out")
     buf = pk.new_tensor((size, batch, hidden), dtype=dtype, name="buf", io_category="nvshmem_tensor")
+    if shared:      # two allreduce layers reuse one buffer (as MPK's models do): its slots' uses 0 and 1
+        mid = pk.new_tensor((batch, hidden), dtype=dtype, name="mid")
+        pk.allreduce_layer(input=x_dt, buffer=buf, output=mid, grid_dim=(grid, 1, 1), block_dim=BLOCK)
+        x_dt = mid
     pk.allreduce_layer(input=x_dt, buffer=buf, output=out_dt, grid_dim=(grid, 1, 1), block_dim=BLOCK)
     if offline:     # feed the sum back: the next pass sums it again
         pk.identity_layer(input=out_dt, output=x_dt, grid_dim=(batch, 1, 1), block_dim=BLOCK)
@@ -90,21 +95,25 @@ def run_case(dtype, batch, hidden, grid, jitter, output_dir=None):
     return pk
 
 
-def run_offline(jitter=7):
+def run_chained(jitter=7, offline=True):
+    """offline: 4 passes of allreduce -> copy back into x; else one pass of two allreduce layers
+    sharing one buffer. Either way each later sum adds W copies of the last result."""
     comm, rank, size = world()
     dtype, batch, hidden, grid = torch.float32, 4, 48, 3
-    pk, x, out = build(comm, rank, size, dtype, batch, hidden, grid, jitter, offline=True)
+    pk, x, out = build(comm, rank, size, dtype, batch, hidden, grid, jitter, offline, shared=not offline)
     pk.compile()
     inputs = gather(comm, x.clone())
     pk()
-    name = f"allreduce_offline[float32,W={size},{batch}x{hidden},grid={grid},passes={pk.passes}]"
+    sums = pk.passes if offline else 2
+    kind = "offline" if offline else "shared_buffer"
+    name = f"allreduce_{kind}[float32,W={size},{batch}x{hidden},grid={grid},passes={pk.passes},sums={sums}]"
     with testing.on_all_ranks(f"{name} pass count"):
-        assert pk.passes == OFFLINE_PASSES, f"{name}: expected {OFFLINE_PASSES} passes"
-    growth = float(size) ** (pk.passes - 1)           # each later pass sums W copies of the last result
+        assert pk.passes == (OFFLINE_PASSES if offline else 1), f"{name}: unexpected pass count"
+    growth = float(size) ** (sums - 1)
     expected = ref.allreduce(inputs) * growth
-    # a chain of passes composes their budgets: passes sums of W terms, relative to the final scale
+    # chained sums compose their budgets: `sums` sums of W terms, relative to the final scale
     scale = sum(t.double().abs() for t in inputs) * growth
-    tol = testing.tolerance(dtype, k=size * pk.passes, scale=scale)
+    tol = testing.tolerance(dtype, k=size * sums, scale=scale)
     with testing.on_all_ranks(name):
         testing.check_output(name, out, expected, tol, pk.layers[0].checks, (inputs[rank],))
     check_identical(comm, name, out)
@@ -115,7 +124,8 @@ def main():
     out_dir = os.environ.get("MPK_OUTPUT_DIR", "./test_output")
     for i, case in enumerate(CASES):
         pk = run_case(*case, jitter=11 + i, output_dir=out_dir)
-    run_offline()
+    run_chained(offline=True)
+    run_chained(offline=False)
     testing.say(f"generated code and task graph: {pk.output_files[0]}, {pk.output_files[1]}")
     testing.say("All allreduce cases PASS")
 
@@ -126,13 +136,14 @@ def test_allreduce_mpirun(ranks, tmp_path):
     assert code == 0, f"mpirun -n {ranks} failed (exit {code}); output above"
     for r in range(ranks):
         evidence = testing.rank_lines(out, r, "EVIDENCE ")
-        assert len(evidence) == LAUNCHES * len(CASES) + 1, f"rank {r}: {len(evidence)} evidence lines"
+        assert len(evidence) == LAUNCHES * len(CASES) + 2, f"rank {r}: {len(evidence)} evidence lines"
         assert all(line.endswith(" PASS") for line in evidence), f"rank {r}: {evidence}"
         identical = testing.rank_lines(out, r, "IDENTICAL ")
         assert len(identical) == len(evidence), f"rank {r}: {len(identical)} IDENTICAL lines"
         assert all(f"on all {ranks} rank(s) PASS" in line for line in identical), f"rank {r}: {identical}"
         assert testing.rank_lines(out, r, "All allreduce cases PASS"), f"rank {r} did not finish"
         assert any(f"W={ranks}," in ln and "passes=4" in ln for ln in evidence)
+        assert any(f"shared_buffer[float32,W={ranks}," in ln for ln in evidence)
 
 
 @pytest.mark.parametrize("case", CASES[2:4], ids=lambda c: f"{c[1]}x{c[2]}-grid{c[3]}")
@@ -140,8 +151,9 @@ def test_allreduce_one_rank(case, tmp_path):
     run_case(*case, jitter=3, output_dir=str(tmp_path))
 
 
-def test_allreduce_one_rank_offline():
-    run_offline()
+@pytest.mark.parametrize("offline", [True, False], ids=["offline_4_passes", "shared_buffer"])
+def test_allreduce_one_rank_chained(offline):
+    run_chained(offline=offline)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
     mpirun -n 4 python test_multirank_failures.py stall       rank 2 stays alive but never signals
         (fault no_signal on one allreduce task): the other ranks' watchdogs fire (watchdog_s 2)
         with MPKHangError naming rank 2; all ranks agree on the outcome and exit 0
+    mpirun -n 2 python test_multirank_failures.py mismatch    world_size=3 on 2 ranks: a clear error
 
 pytest runs each as a subprocess with a timeout (the entry point is under __main__) and
 asserts the exit code, the time to end (well below 30 s after startup) and the messages.
@@ -65,6 +66,9 @@ def main(mode: str) -> None:
         testing.say(f"STALL after {elapsed:.2f} s: {first}")
         pk.finalize()
         return
+    if mode == "mismatch":                         # world_size disagrees with mpirun -n
+        PersistentKernel(**testing.cpu_config(world_size=size + 1, mpi_rank=rank))
+        raise AssertionError("unreachable: world_size was not checked against COMM_WORLD")
     pk = build(rank, size)
     if rank == 1:
         testing.say(f"FAILING at {time.time():.3f} ({mode})")
@@ -95,6 +99,15 @@ def test_exception_on_one_rank_ends_the_job_with_its_traceback():
     print(f"ENDED exception: exit {code}, {elapsed:.1f} s after rank 1 raised")
 
 
+def test_world_size_is_checked_against_comm_world():
+    code, out, _ = run("mismatch", 2)
+    assert code not in (0, 124), f"exit {code}"
+    want = ("ValueError: PersistentKernel: world_size=3 but MPI COMM_WORLD has 2 rank(s); launch with: "
+            "mpirun -n 3 python test_multirank_failures.py")
+    assert f"[rank 0] {want}" in out or f"[rank 1] {want}" in out
+    assert "unreachable" not in out
+
+
 def test_a_rank_that_dies_ends_the_job():
     code, out, elapsed = run("die", 2)
     assert code not in (0, 124), f"exit {code}"
@@ -116,6 +129,6 @@ def test_a_stalled_rank_is_named_by_the_others_watchdog():
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in ("exception", "die", "stall"):
-        raise SystemExit(f"usage: mpirun -n N python {sys.argv[0]} exception|die|stall")
+    if len(sys.argv) != 2 or sys.argv[1] not in ("exception", "die", "stall", "mismatch"):
+        raise SystemExit(f"usage: mpirun -n N python {sys.argv[0]} exception|die|stall|mismatch")
     main(sys.argv[1])
