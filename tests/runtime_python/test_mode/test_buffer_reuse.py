@@ -18,6 +18,7 @@ import torch
 
 from mirage.mpk import graph as graph_mod
 from mirage.mpk import testing
+from mirage.mpk.errors import GraphError
 
 graph = testing.load_reference(__file__, name="graph_checks")
 
@@ -93,8 +94,9 @@ CASES = {"war": run_war, "waw": run_waw, "in_place": run_in_place}
 
 
 def run_negative_control(kind, output_dir, tries=12):
-    """Build the graph without the WAR (or WAW) dependencies: the value checks must catch it."""
-    original = graph_mod._dependencies
+    """Build the graph without the WAR (or WAW) dependencies: the verifier must refuse it, and
+    with the verifier bypassed, the value checks must catch it at run time."""
+    original, verify = graph_mod._dependencies, graph_mod.verify
 
     def without(entries, tile):       # a writing task ignores earlier readers (war) or writers (waw)
         if tile.written:
@@ -103,6 +105,10 @@ def run_negative_control(kind, output_dir, tries=12):
 
     graph_mod._dependencies = without
     try:
+        with pytest.raises(GraphError, match=f"missing write-after-{'read' if kind == 'war' else 'write'}"):
+            CASES[kind](torch.float32, 499, output_dir, check_structure=False)
+        print(f"NEGATIVE_CONTROL {kind}: dependencies dropped, refused by graph.verify PASS", flush=True)
+        graph_mod.verify = lambda g: None
         for attempt in range(tries):       # jitter seeds; one missed overlap in a few is expected
             log = io.StringIO()            # its evidence lines say FAIL by design: keep them out of the log
             try:
@@ -115,7 +121,7 @@ def run_negative_control(kind, output_dir, tries=12):
                       f"{str(e).splitlines()[0]} PASS", flush=True)
                 return
     finally:
-        graph_mod._dependencies = original
+        graph_mod._dependencies, graph_mod.verify = original, verify
     raise AssertionError(f"without {kind.upper()} dependencies, {tries} jittered runs all matched the "
                          f"reference: this test cannot see a missing {kind.upper()} dependency")
 
