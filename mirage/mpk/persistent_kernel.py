@@ -216,20 +216,19 @@ class PersistentKernel:
 
     def shuffle_tensors(self, inputs, shuffled_dim: int, num_groups: int, name: str | None = None) -> DTensor:
         """A physical interleave [g0: in0 chunk, in1 chunk, ...][g1: ...], copied before each run."""
-        self._check_open("shuffle_tensors")
-        name = check_name(name if name is not None else f"shuffled_{len(self.tensors)}", self.tensors)
-        srcs = self._view_inputs(f"shuffle_tensors '{name}'", inputs, shuffled_dim, num_groups)
-        dims = (sum(t.dims[0] for t in srcs),) + srcs[0].dims[1:]
-        return self._add(DTensor(name, dims, row_major_strides(dims), srcs[0].dtype, SHUFFLED,
-                                 sources=srcs, num_groups=num_groups))
+        return self._grouped_view(SHUFFLED, "shuffle_tensors", inputs, shuffled_dim, num_groups, name)
 
     def fuse_tensors(self, inputs, fused_dim: int, num_groups: int, name: str | None = None) -> DTensor:
         """The same order as shuffle_tensors, as a virtual view (no copy); input side only."""
-        self._check_open("fuse_tensors")
-        name = check_name(name if name is not None else f"fused_{len(self.tensors)}", self.tensors)
-        srcs = self._view_inputs(f"fuse_tensors '{name}'", inputs, fused_dim, num_groups)
+        return self._grouped_view(FUSED, "fuse_tensors", inputs, fused_dim, num_groups, name)
+
+    def _grouped_view(self, kind: str, what: str, inputs, dim: int, num_groups: int, name) -> DTensor:
+        self._check_open(what)
+        prefix = "shuffled" if kind == SHUFFLED else "fused"
+        name = check_name(name if name is not None else f"{prefix}_{len(self.tensors)}", self.tensors)
+        srcs = self._view_inputs(f"{what} '{name}'", inputs, dim, num_groups)
         dims = (sum(t.dims[0] for t in srcs),) + srcs[0].dims[1:]
-        return self._add(DTensor(name, dims, row_major_strides(dims), srcs[0].dtype, FUSED,
+        return self._add(DTensor(name, dims, row_major_strides(dims), srcs[0].dtype, kind,
                                  sources=srcs, num_groups=num_groups))
 
     # ---- layers ----------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import math
 import os
 import shutil
@@ -271,6 +272,26 @@ def check_layer_outputs(pk, outputs: dict[str, torch.Tensor] | None = None) -> N
             if acc.written:
                 check_nonvacuous(f"{layer.name}.{acc.tensor.name}", pk.get_tensor(acc.tensor.name),
                                  layer.checks, ins)
+
+
+@contextlib.contextmanager
+def capture_log(level: int = logging.INFO):
+    """Collect the 'mirage.mpk' logger's messages (cache hits/misses, coarsening) as a list."""
+    logger = logging.getLogger("mirage.mpk")
+    records: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    handler, old = Collect(level), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
 
 
 # ---- inputs --------------------------------------------------------------------------------

@@ -4,10 +4,8 @@ Run: pytest tests/unit/test_codegen_build.py -s   (-s shows the EVIDENCE and TIM
 The cache tests compile a one-line C++ source into a private MPK_CACHE_DIR (well under a second);
 the kernels here use only identity / linear float32, so the suite's cache builds them once.
 """
-import contextlib
 import ctypes
 import json
-import logging
 import os
 import re
 import shutil
@@ -47,25 +45,9 @@ def join_kernel(rows=4, cols=8, seed=0, **kw) -> PersistentKernel:
     return pk
 
 
-@contextlib.contextmanager
 def mpk_log():
-    """Collect the 'mirage.mpk' logger's messages (it has its own stderr handler, propagate=False)."""
-    logger = logging.getLogger("mirage.mpk")
-    assert logger.propagate is False
-    records = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            records.append(record.getMessage())
-
-    handler, level = Collect(logging.INFO), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield records
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    """The 'mirage.mpk' logger's messages (it has its own stderr handler, propagate=False)."""
+    return testing.capture_log()
 
 
 # ---- task_graph_rank{R}.json ------------------------------------------------------------------

@@ -6,14 +6,13 @@ which get no storage, then graph.build(pk.layers). Run: pytest tests/unit/test_g
 
 Notation in comments: L0(1) = task of layer 0 at grid x = 1; rows [a, b) = the tile's rows.
 """
-import contextlib
-import logging
 import time
 
 import pytest
 
 import mirage
 from mirage.mpk import graph as graph_mod
+from mirage.mpk import testing
 from mirage.mpk.errors import GraphError
 from mirage.mpk.persistent_kernel import PersistentKernel
 
@@ -57,24 +56,9 @@ def lbl(g, layer, x=0, y=0):
     return task(g, layer, x, y).label
 
 
-@contextlib.contextmanager
 def mpk_log():
-    """Collect the 'mirage.mpk' logger's messages (it does not propagate to the root logger)."""
-    logger = logging.getLogger("mirage.mpk")
-    records = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            records.append(record.getMessage())
-
-    handler, level = Collect(logging.INFO), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield records
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    """The 'mirage.mpk' logger's messages (it has its own stderr handler, propagate=False)."""
+    return testing.capture_log()
 
 
 # ---- dependencies ----------------------------------------------------------------------------
