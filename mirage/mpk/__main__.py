@@ -1,12 +1,10 @@
 """python -m mirage.mpk doctor | cache [list|clear|path] | inspect <task_graph.json>"""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
-from collections import Counter
 
 
 def doctor() -> int:
@@ -51,17 +49,9 @@ def cache(args: list[str]) -> int:
 
 
 def inspect(path: str) -> int:
-    with open(path) as f:
-        g = json.load(f)
-    tasks, events = g["all_tasks"][1:], g["all_events"]
-    print(f"{path}: {len(tasks)} tasks, {len(events)} events, {len(g['first_tasks'])} first tasks")
-    for layer, n in Counter(t["layer"] for t in tasks).items():
-        print(f"  layer {layer}: {n} tasks")
-    fan_in = max((e["num_triggers"] for e in events), default=0)
-    fan_out = max((len(t["trigger_events"]) for t in tasks), default=0)
-    print(f"  max event fan-in {fan_in}, max task fan-out {fan_out}")
-    if g.get("coarsened_layers"):
-        print(f"  coarsened to barriers: {', '.join(g['coarsened_layers'])}")
+    from . import inspect as graph_inspect
+
+    print(graph_inspect.summary(graph_inspect.load(path), path))
     return 0
 
 

@@ -1,0 +1,83 @@
+"""Read a task_graph_rank{R}.json: counts, per-layer tasks, event fan-in/out, critical path, .dot."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+
+def load(path: str) -> dict:
+    with open(path) as f:
+        return json.load(f)
+
+
+def producers(g: dict) -> dict[int, list[int]]:
+    """event id -> ids of the tasks that trigger it."""
+    out: dict[int, list[int]] = {}
+    for t in g["all_tasks"][1:]:
+        for e in t["trigger_events"]:
+            out.setdefault(e, []).append(t["task_id"])
+    return out
+
+
+def critical_path(g: dict) -> list[int]:
+    """The longest chain of tasks (in tasks), each waiting on an event the previous triggers."""
+    prod = producers(g)
+    depth: dict[int, int] = {}
+    parent: dict[int, int | None] = {}
+    for t in g["all_tasks"][1:]:          # ids are topological: producers come first
+        before = prod.get(t["dependent_event"], []) if t["dependent_event"] >= 0 else []
+        best = max(before, key=lambda p: depth[p], default=None)
+        depth[t["task_id"]] = 1 + (depth[best] if best is not None else 0)
+        parent[t["task_id"]] = best
+    node = max(depth, key=depth.get, default=None)
+    path = []
+    while node is not None:
+        path.append(node)
+        node = parent[node]
+    return path[::-1]
+
+
+def summary(g: dict, name: str = "task graph") -> str:
+    tasks, events = g["all_tasks"][1:], g["all_events"]
+    by_id = {t["task_id"]: t for t in tasks}
+    lines = [f"{name}: {len(tasks)} tasks, {len(events)} events, {len(g['first_tasks'])} first tasks"]
+    for layer, n in Counter(t["layer"] for t in tasks).items():
+        lines.append(f"  layer {layer}: {n} tasks")
+    fan_in = max((e["num_triggers"] for e in events[1:-1]), default=0)
+    fan_out = max((len([e for e in t["trigger_events"] if e != len(events) - 1]) for t in tasks), default=0)
+    lines.append(f"  max event fan-in {fan_in}, max task fan-out {fan_out}, "
+                 f"END_OF_TASK_GRAPH waits for {events[-1]['num_triggers']} leaf tasks")
+    path = critical_path(g)
+    lines.append(f"  critical path: {len(path)} tasks: " +
+                 " -> ".join(f"{by_id[i]['layer']}{tuple(by_id[i]['grid_coord'])}" for i in path[:12]) +
+                 (" -> ..." if len(path) > 12 else ""))
+    if g.get("coarsened_layers"):
+        lines.append(f"  coarsened to barriers: {', '.join(g['coarsened_layers'])}")
+    return "\n".join(lines)
+
+
+def to_dot(g: dict, max_tasks: int = 2000) -> str:
+    """One node per task (clustered by layer), or one per layer when the graph is larger."""
+    tasks, prod = g["all_tasks"][1:], producers(g)
+    per_layer = len(tasks) > max_tasks
+    lines = ["digraph task_graph {", "  rankdir=LR; node [shape=box, fontsize=10];"]
+    if per_layer:
+        edges = set()
+        for t in tasks:
+            for p in prod.get(t["dependent_event"], []):
+                edges.add((g["all_tasks"][p]["layer"], t["layer"]))
+        for layer in dict.fromkeys(t["layer"] for t in tasks):
+            lines.append(f'  "{layer}";')
+        lines += [f'  "{a}" -> "{b}";' for a, b in sorted(edges) if a != b]
+    else:
+        for layer in dict.fromkeys(t["layer"] for t in tasks):
+            lines.append(f'  subgraph "cluster_{layer}" {{ label="{layer}";')
+            lines += [f'    t{t["task_id"]} [label="{tuple(t["grid_coord"])}"];'
+                      for t in tasks if t["layer"] == layer]
+            lines.append("  }")
+        for t in tasks:
+            if t["dependent_event"] >= 0:
+                lines += [f'  t{p} -> t{t["task_id"]} [label="e{t["dependent_event"]}"];'
+                          for p in prod.get(t["dependent_event"], [])]
+    lines.append("}")
+    return "\n".join(lines) + "\n"

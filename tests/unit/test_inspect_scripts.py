@@ -1,0 +1,50 @@
+"""scripts/parse_task_graph.py and display_task_graph.py on a real task_graph_rank0.json."""
+import os
+import subprocess
+import sys
+
+import torch
+
+from mirage.mpk import inspect
+from mirage.mpk.persistent_kernel import PersistentKernel
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BLOCK = (128, 1, 1)
+
+
+def write_graph(tmp_path) -> str:
+    """rmsnorm (grid 4) -> linear (grid 2) -> elementwise add (grid 4): critical path of 3 tasks."""
+    pk = PersistentKernel(test_mode=True)
+    x, w = pk.attach_input(torch.randn(4, 8), name="x"), pk.attach_input(torch.randn(8), name="w")
+    W, r = pk.attach_input(torch.randn(6, 8), name="W"), pk.attach_input(torch.randn(4, 6), name="r")
+    y = pk.new_tensor((4, 8), dtype=torch.float32, name="y")
+    z = pk.new_tensor((4, 6), dtype=torch.float32, name="z")
+    out = pk.attach_input(torch.zeros(4, 6), name="out")
+    pk.rmsnorm_layer(input=x, weight=w, output=y, grid_dim=(4, 1, 1), block_dim=BLOCK)
+    pk.linear_layer(input=y, weight=W, output=z, grid_dim=(2, 1, 1), block_dim=BLOCK)
+    pk.elementwise_add_layer(input_a=z, input_b=r, output=out, grid_dim=(4, 1, 1), block_dim=BLOCK)
+    pk.compile(output_dir=str(tmp_path))
+    pk.finalize()
+    return pk.output_files[1]
+
+
+def test_parse_task_graph(tmp_path):
+    path = write_graph(tmp_path)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "parse_task_graph.py"), path],
+                         capture_output=True, text=True, check=True).stdout
+    print(out)
+    assert ": 10 tasks," in out
+    assert "layer rmsnorm_0: 4 tasks" in out and "layer linear_1: 2 tasks" in out
+    assert "max event fan-in 4" in out                # each linear task waits on all 4 rmsnorm rows
+    assert "critical path: 3 tasks: rmsnorm_0(0, 0, 0) -> linear_1(0, 0, 0) -> elementwise_add_2" in out
+    assert len(inspect.critical_path(inspect.load(path))) == 3
+
+
+def test_display_task_graph(tmp_path):
+    path = write_graph(tmp_path)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "display_task_graph.py"), path],
+                         capture_output=True, text=True, check=True).stdout
+    dot = open(path[:-5] + ".dot").read()
+    print(out)
+    assert dot.count("subgraph") == 3 and dot.count(" -> ") == 4 * 2 + 4 * 2   # every wait, by event
+    assert 'label="rmsnorm_0"' in dot
