@@ -27,6 +27,7 @@ kernel's own inputs); the end-to-end bound composes the layers' u_in terms.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import logging
 import math
@@ -176,6 +177,12 @@ def assert_equal(name: str, actual, expected) -> None:
     if not ok:
         raise AssertionError(f"'{name}' is not equal:\n  actual   {a}\n  expected {e}\n"
                              f"seed: MPK_SEED={seed()}")
+
+
+def digest(t: torch.Tensor) -> str:
+    """A short sha256 of a tensor's bytes (bit-identity across ranks); needs no numpy."""
+    raw = bytes(t.detach().cpu().contiguous().view(torch.uint8).flatten().tolist())
+    return hashlib.sha256(raw).hexdigest()[:16]
 
 
 def check_output(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance,

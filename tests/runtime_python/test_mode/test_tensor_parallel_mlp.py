@@ -17,7 +17,6 @@ computes itself, with the chain's composed budget; the output bit-identical acro
 Run: mpirun -n 4 python tests/runtime_python/test_mode/test_tensor_parallel_mlp.py
 pytest runs that for N = 2 and 4 as a subprocess (the entry point is under __main__).
 """
-import hashlib
 import os
 import sys
 
@@ -38,10 +37,6 @@ BLOCK = (128, 1, 1)
 DTYPE = torch.float32
 
 
-def digest(t: torch.Tensor) -> str:
-    return hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()[:16]
-
-
 def full_weights():
     """The unsharded model, the same on every rank: one generator, one seed."""
     gen = testing.generator(offset=4242)
@@ -55,7 +50,7 @@ def shard(full: dict, comm, rank: int, size: int) -> dict:
     rows = slice(rank * INTER // size, (rank + 1) * INTER // size)
     mine = dict(w_gate=full["w_gate"][rows].contiguous(), w_up=full["w_up"][rows].contiguous(),
                 w_down=full["w_down"][:, rows].contiguous())
-    theirs = comm.allgather(digest(mine["w_gate"]) + digest(mine["w_down"]))
+    theirs = comm.allgather(testing.digest(mine["w_gate"]) + testing.digest(mine["w_down"]))
     with testing.on_all_ranks("sharding is active"):
         assert mine["w_gate"].shape[0] < INTER and mine["w_down"].shape[1] < INTER, "a shard is whole"
         assert len(set(theirs)) == size, f"ranks hold the same shard: {theirs}"
@@ -121,7 +116,7 @@ def run(comm, rank: int, size: int, jitter: int, output_dir=None) -> None:
     with testing.on_all_ranks(f"{label}:end_to_end"):
         testing.check_output(f"{label}:end_to_end.out", out, expected, tol, pk.layers[-1].checks,
                              (full["x"], pk.get_tensor("part")))
-    digests = comm.allgather(digest(out))
+    digests = comm.allgather(testing.digest(out))
     with testing.on_all_ranks(f"{label}: replicated output"):
         assert len(set(digests)) == 1, f"outputs differ across ranks: {digests}"
     testing.say(f"IDENTICAL {label}.out sha256={digests[0]} on all {size} rank(s) PASS")
