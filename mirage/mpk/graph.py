@@ -329,8 +329,9 @@ def _verify(graph: Graph) -> None:
             if p >= t.id:
                 raise GraphError(f"event {t.event}: trigger task {graph.tasks[p].label} (id {p}) does not "
                                  f"come before waiter {t.label} (id {t.id}); ids must be topological")
-    _check_reads_covered(graph, deps)
-    _check_overwrites_ordered(graph, deps)
+    index = _AccessIndex(graph)
+    _check_reads_covered(graph, deps, index)
+    _check_overwrites_ordered(graph, deps, index)
 
 
 def _check_acyclic(graph: Graph, deps: dict[int, set[int]]) -> None:
@@ -357,29 +358,40 @@ def _check_acyclic(graph: Graph, deps: dict[int, set[int]]) -> None:
                 path.append(nxt)
 
 
-def _check_reads_covered(graph: Graph, deps: dict[int, set[int]]) -> None:
+class _AccessIndex:
+    """The verifier's own view of who touches what: per (tensor, layer, write) a BoxIndex of
+    the tiles (writes: declared regions only; dummy outputs order but hold no data)."""
+
+    def __init__(self, graph: Graph):
+        self.layer_of = {id(layer): i for i, layer in enumerate(graph.layers)}
+        groups: dict[tuple[int, int, bool], list[tuple[Box, int]]] = {}
+        for t in graph.tasks[1:]:
+            li = self.layer_of[id(t.layer)]
+            for tile in t.inputs:
+                groups.setdefault((tile.tensor.id, li, False), []).append((tile.box, t.id))
+            for tile in t.outputs:
+                if tile.declared:
+                    groups.setdefault((tile.tensor.id, li, True), []).append((tile.box, t.id))
+        self.boxes = {key: BoxIndex(items) for key, items in groups.items()}
+        self.layers: dict[int, list[int]] = {}      # tensor id -> layers touching it, descending
+        for tid, li, _ in self.boxes:
+            self.layers.setdefault(tid, []).append(li)
+        for tid in self.layers:
+            self.layers[tid] = sorted(set(self.layers[tid]), reverse=True)
+
+    def query(self, tensor: int, layer: int, write: bool, box: Box) -> list[tuple[Box, int]]:
+        index = self.boxes.get((tensor, layer, write))
+        return index.query(box) if index else []
+
+
+def _check_reads_covered(graph: Graph, deps: dict[int, set[int]], index: _AccessIndex) -> None:
     """Every element a task reads that an earlier layer wrote is written by a dependency."""
-    writes: dict[int, list[tuple[int, Box, int]]] = {}   # tensor id -> (layer idx, box, task)
-    layer_idx = {id(layer): i for i, layer in enumerate(graph.layers)}
     for t in graph.tasks[1:]:
-        for tile in t.outputs:
-            if tile.declared:
-                writes.setdefault(tile.tensor.id, []).append((layer_idx[id(t.layer)], tile.box, t.id))
-    indexes: dict[tuple[int, int], BoxIndex] = {}
-    for tid, items in writes.items():
-        per_layer: dict[int, list] = {}
-        for li, box, task in items:
-            per_layer.setdefault(li, []).append((box, task))
-        for li, its in per_layer.items():
-            indexes[(tid, li)] = BoxIndex(its)
-    by_tensor: dict[int, list[int]] = {}
-    for tid, li in indexes:
-        by_tensor.setdefault(tid, []).append(li)
-    for t in graph.tasks[1:]:
-        me = layer_idx[id(t.layer)]
+        me = index.layer_of[id(t.layer)]
         for tile in t.inputs:
-            hits = [h for li in by_tensor.get(tile.tensor.id, []) if li < me
-                    for h in indexes[(tile.tensor.id, li)].query(tile.box)]
+            tid = tile.tensor.id
+            hits = [h for li in index.layers.get(tid, []) if li < me
+                    for h in index.query(tid, li, True, tile.box)]
             missing = [b for b, p in hits if p not in deps[t.id]]
             if not missing:
                 continue
@@ -393,34 +405,19 @@ def _check_reads_covered(graph: Graph, deps: dict[int, set[int]]) -> None:
                     f"writer of them (missing dependency)")
 
 
-
-def _check_overwrites_ordered(graph: Graph, deps: dict[int, set[int]]) -> None:
+def _check_overwrites_ordered(graph: Graph, deps: dict[int, set[int]], index: _AccessIndex) -> None:
     """A task that overwrites elements waits for every earlier reader and writer of them, back to
     the last layer that wrote them all (write-after-read, write-after-write): that layer's own
     tasks were checked the same way, so the order holds by induction."""
-    layer_idx = {id(layer): i for i, layer in enumerate(graph.layers)}
-    groups: dict[tuple[int, int, bool], list[tuple[Box, int]]] = {}   # (tensor, layer, write)
     for t in graph.tasks[1:]:
-        li = layer_idx[id(t.layer)]
-        for tile in t.inputs:
-            groups.setdefault((tile.tensor.id, li, False), []).append((tile.box, t.id))
-        for tile in t.outputs:
-            if tile.declared:
-                groups.setdefault((tile.tensor.id, li, True), []).append((tile.box, t.id))
-    indexes = {key: BoxIndex(items) for key, items in groups.items()}
-    layers_of: dict[int, list[int]] = {}
-    for tid, li, _ in indexes:
-        layers_of.setdefault(tid, []).append(li)
-    for t in graph.tasks[1:]:
-        me = layer_idx[id(t.layer)]
+        me = index.layer_of[id(t.layer)]
         for tile in t.outputs:
             if not tile.declared:
                 continue
-            for li in sorted({li for li in layers_of[tile.tensor.id] if li < me}, reverse=True):
-                writes = indexes.get((tile.tensor.id, li, True))
-                written = writes.query(tile.box) if writes else []
-                reads = indexes.get((tile.tensor.id, li, False))
-                for kind, hits in (("reads", reads.query(tile.box) if reads else []), ("writes", written)):
+            tid = tile.tensor.id
+            for li in (li for li in index.layers[tid] if li < me):
+                written = index.query(tid, li, True, tile.box)
+                for kind, hits in (("reads", index.query(tid, li, False, tile.box)), ("writes", written)):
                     late = next((p for _, p in hits if p not in deps[t.id]), None)
                     if late is not None:
                         raise GraphError(
