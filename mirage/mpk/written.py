@@ -37,28 +37,29 @@ def poisonable(graph: Graph) -> set[int]:
     return {tid for tid, li in first_write.items() if first_read.get(tid, len(graph.layers)) > li}
 
 
-def poison(graph: Graph) -> None:
+def watched(graph: Graph) -> list:
+    """(task, tile) for every declared output tile of a pure output tensor: what pk() poisons
+    and then checks. Computed once per compiled graph."""
     targets = poisonable(graph)
-    for t in graph.tasks[1:]:
-        for tile in t.outputs:
-            if tile.declared and tile.tensor.id in targets:
-                _bits(tile.tensor.data)[_slices(tile.box)] = SENTINEL[tile.tensor.dtype.itemsize]
+    return [(t, tile) for t in graph.tasks[1:] for tile in t.outputs
+            if tile.declared and tile.tensor.id in targets]
 
 
-def check_written(graph: Graph) -> None:
+def poison(tiles: list) -> None:
+    for _, tile in tiles:
+        _bits(tile.tensor.data)[_slices(tile.box)] = SENTINEL[tile.tensor.dtype.itemsize]
+
+
+def check_written(tiles: list) -> None:
     """Raise MPKUnwrittenError naming every layer tile that still holds poison."""
-    targets = poisonable(graph)
     bad = []
-    for t in graph.tasks[1:]:
-        for tile in t.outputs:
-            if not (tile.declared and tile.tensor.id in targets):
-                continue
-            region = _bits(tile.tensor.data)[_slices(tile.box)]
-            left = int((region == SENTINEL[tile.tensor.dtype.itemsize]).sum())
-            if left:
-                lo, hi = tile.box
-                bad.append(f"layer '{t.layer.name}' task {t.coord}: {left} of {region.numel()} elements of "
-                           f"'{tile.tensor.name}'[{', '.join(f'{a}:{b}' for a, b in zip(lo, hi))}] unwritten")
+    for t, tile in tiles:
+        region = _bits(tile.tensor.data)[_slices(tile.box)]
+        left = int((region == SENTINEL[tile.tensor.dtype.itemsize]).sum())
+        if left:
+            lo, hi = tile.box
+            bad.append(f"layer '{t.layer.name}' task {t.coord}: {left} of {region.numel()} elements of "
+                       f"'{tile.tensor.name}'[{', '.join(f'{a}:{b}' for a, b in zip(lo, hi))}] unwritten")
     if bad:
         shown = "\n  ".join(bad[:20]) + (f"\n  ... and {len(bad) - 20} more tiles" if len(bad) > 20 else "")
         raise MPKUnwrittenError(f"{len(bad)} output tile(s) were not written by the run:\n  {shown}")
