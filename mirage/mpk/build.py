@@ -19,11 +19,17 @@ from dataclasses import dataclass
 
 from filelock import FileLock
 
-from .errors import MPKCompileError
+from .errors import MPKCompileError, MPKInstallError
 
 log = logging.getLogger("mirage.mpk")
 
-CSRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "csrc")
+# The kernel sources: inside the package when installed from a wheel or `pip install .`
+# (setup.py copies csrc/ to mirage/mpk/csrc), beside the package in a checkout or an editable install.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGED_CSRC = os.path.join(_HERE, "csrc")
+CHECKOUT_CSRC = os.path.join(os.path.dirname(os.path.dirname(_HERE)), "csrc")
+# What a build cannot do without: the runtime every generated module includes.
+REQUIRED_HEADERS = ("runtime/runtime.h", "runtime/entry.h", "runtime/abi.h")
 SANITIZERS = {"thread": ["-fsanitize=thread", "-g"],
               "address": ["-fsanitize=address", "-fno-omit-frame-pointer", "-g"]}
 
@@ -56,6 +62,22 @@ def flags(backend: str, test_mode: bool, sanitize: str, fault_injection: bool = 
     return f
 
 
+def csrc_dir() -> str:
+    """The directory of the C++/CUDA sources a build includes (-I): MPK_CSRC_DIR if set (to test
+    edited kernels without reinstalling; the cache key hashes its headers), else the packaged copy,
+    else the checkout's. Raises MPKInstallError naming every place looked at when none is complete."""
+    override = os.environ.get("MPK_CSRC_DIR", "")
+    candidates = [("MPK_CSRC_DIR", override)] if override else [("the package", PACKAGED_CSRC),
+                                                                 ("the checkout", CHECKOUT_CSRC)]
+    for _, path in candidates:
+        if all(os.path.isfile(os.path.join(path, h)) for h in REQUIRED_HEADERS):
+            return path
+    looked = "; ".join(f"{where}: {path}" for where, path in candidates)
+    raise MPKInstallError(f"the kernel sources (csrc/, with {', '.join(REQUIRED_HEADERS)}) were not found "
+                          f"(looked in {looked}). Reinstall mirage-mpk (pip install . copies csrc/ into the "
+                          f"package) or point MPK_CSRC_DIR at a csrc/ directory")
+
+
 def _compiler_env() -> dict[str, str]:
     """The compiler must not inherit a sanitizer runtime preloaded into this Python (2-3x slower)."""
     return {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
@@ -71,22 +93,23 @@ def compiler_identity(compiler: str) -> str:
     return f"{os.path.realpath(path)}\n{out.strip()}"
 
 
-def _headers_digest() -> str:
+def headers_digest(csrc: str) -> str:
+    """sha256 over every header under `csrc` (relative path + bytes), in a fixed order."""
     h = hashlib.sha256()
-    for root, dirs, files in os.walk(CSRC):
+    for root, dirs, files in os.walk(csrc):
         dirs.sort()
         for name in sorted(files):
             if name.endswith((".h", ".cuh")):
                 path = os.path.join(root, name)
-                h.update(os.path.relpath(path, CSRC).encode())
+                h.update(os.path.relpath(path, csrc).encode())
                 with open(path, "rb") as f:
                     h.update(f.read())
     return h.hexdigest()
 
 
-def cache_key(src: str, compiler: str, fl: list[str]) -> str:
+def cache_key(src: str, compiler: str, fl: list[str], csrc: str) -> str:
     h = hashlib.sha256()
-    for part in (src, _headers_digest(), compiler_identity(compiler), " ".join(fl)):
+    for part in (src, headers_digest(csrc), compiler_identity(compiler), " ".join(fl)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -96,7 +119,8 @@ def compile_module(src: str, backend: str = "cpu", test_mode: bool = True, sanit
                    fault_injection: bool = False) -> BuildResult:
     compiler = os.environ.get("MPK_CXX", "g++")
     fl = flags(backend, test_mode, sanitize, fault_injection)
-    key = cache_key(src, compiler, fl)
+    csrc = csrc_dir()
+    key = cache_key(src, compiler, fl, csrc)
     root = cache_dir()
     final = os.path.join(root, key)
     so = os.path.join(final, "module.so")
@@ -113,7 +137,7 @@ def compile_module(src: str, backend: str = "cpu", test_mode: bool = True, sanit
         cu = os.path.join(tmp, "module.cu")
         with open(cu, "w") as f:
             f.write(src)
-        cmd = [compiler, *fl, "-I", CSRC, cu, "-o", os.path.join(tmp, "module.so")]
+        cmd = [compiler, *fl, "-I", csrc, cu, "-o", os.path.join(tmp, "module.so")]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=_compiler_env())
         if proc.returncode != 0:
             kept = os.path.join(root, "failed", f"{key}.cu")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import os
 
-from .abi import EVENT_TYPES, TASK_FIRST_LAYER, TASK_TERMINATE
+from .abi import EVENT_TYPES, TASK_TERMINATE
 from .graph import Graph, Task
-from .layers import Layer
+from .layers import Layer, task_type_of
 
 
 class Variants:
@@ -23,7 +23,7 @@ class Variants:
         fns = sorted({layer.cpp_function for layer in layers})
         self.cases: dict[str, int] = {fn: i for i, fn in enumerate(fns)}
         self.includes: list[str] = sorted({layer.kind for layer in layers})
-        self.kinds: dict[str, int] = {k: TASK_FIRST_LAYER + i for i, k in enumerate(self.includes)}
+        self.kinds: dict[str, int] = {k: task_type_of(k) for k in self.includes}   # stable per kind
         # case -> C++ type of output 0 (fault injection)
         self.out_types: dict[int, str] = {self.cases[layer.cpp_function]: layer.outputs[0].tensor.dtype.cpp
                                           for layer in layers}
@@ -70,15 +70,15 @@ def _task_json(t: Task, variants: Variants) -> dict:
             "layer": t.layer.name, "grid_coord": list(t.coord),
             "inputs": [_tile_json(x) for x in t.inputs], "outputs": [_tile_json(x) for x in t.outputs],
             "trigger_event": t.triggers[0], "trigger_events": list(t.triggers),
-            "dependent_event": t.event,
+            "dependent_event": t.event, "iparams": list(t.iparams), "fparams": list(t.layer.fparams),
             "request_id": -1, "expert_offset": -1, "kv_idx": -1, "merge_task_offset": 0, "task_offset": 0}
 
 
 def task_graph_json(graph: Graph, variants: Variants) -> dict:
     terminate = {"task_id": 0, "task_type": TASK_TERMINATE, "variant_id": 0, "layer": "TERMINATE",
                  "grid_coord": [0, 0, 0], "inputs": [], "outputs": [], "trigger_event": -1,
-                 "trigger_events": [], "dependent_event": -1, "request_id": -1, "expert_offset": -1,
-                 "kv_idx": -1, "merge_task_offset": 0, "task_offset": 0}
+                 "trigger_events": [], "dependent_event": -1, "iparams": [], "fparams": [], "request_id": -1,
+                 "expert_offset": -1, "kv_idx": -1, "merge_task_offset": 0, "task_offset": 0}
     events = [{"event_id": e.id, "event_type": EVENT_TYPES[e.kind], "kind": e.kind,
                "num_triggers": e.num_triggers,
                "first_task_id": min(e.waiters, default=-1), "last_task_id": max(e.waiters, default=-1),

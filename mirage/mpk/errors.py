@@ -28,3 +28,7 @@ class MPKUnwrittenError(MPKError):
 
 class GraphError(MPKError):
     """The task graph verifier rejected a graph."""
+
+
+class MPKInstallError(MPKError):
+    """The installation is incomplete (e.g. the kernel sources are missing); the text says where it looked."""

@@ -60,6 +60,11 @@ class Task:
     def label(self) -> str:
         return f"{self.layer.name}{self.coord}"
 
+    @property
+    def iparams(self) -> tuple[int, ...]:
+        """The task's integer parameters: the layer's, or (slot, use, uses per pass) of a signal."""
+        return self.signal if self.signal is not None else self.layer.iparams
+
 
 @dataclass
 class Event:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes as C
 import functools
+import inspect
 import logging
 import os
 
@@ -239,11 +240,16 @@ class PersistentKernel:
         raise AttributeError(f"'PersistentKernel' object has no attribute '{attr}'")
 
     def _add_layer(self, fn, *args, **kwargs) -> None:
-        if args:
-            raise TypeError(f"{fn.__name__}: pass arguments by keyword (input=, weight=, output=, ...)")
         kind = fn.__name__[: -len("_layer")]
         self._check_open(fn.__name__)
-        layer = fn(self, f"{kind}_{len(self.layers)}", **kwargs)
+        name = f"{kind}_{len(self.layers)}"
+        try:        # positional arguments in MPK's order work as well as keywords
+            inspect.signature(fn).bind(self, name, *args, **kwargs)
+        except TypeError as e:
+            params = list(inspect.signature(fn).parameters.values())[2:]
+            shown = [p.name if p.default is p.empty else f"{p.name}={p.default!r}" for p in params]
+            raise TypeError(f"{fn.__name__}: {e}; its arguments are ({', '.join(shown)})") from None
+        layer = fn(self, name, *args, **kwargs)
         for acc in layer.inputs + layer.outputs:
             if self.tensors.get(acc.tensor.name) is not acc.tensor:
                 raise ValueError(f"layer '{layer.name}': tensor '{acc.tensor.name}' belongs to another "

@@ -27,11 +27,8 @@ def _task_struct(task, variants: Variants) -> abi.MpkTask:
     s.num_triggers = len(task.triggers)
     for i, e in enumerate(task.triggers):
         s.trigger_events[i] = e
-    for i, v in enumerate(task.layer.iparams):
+    for i, v in enumerate(task.iparams):
         s.iparams[i] = v
-    if task.signal is not None:                      # cross-rank (slot, use, uses per pass)
-        for i, v in enumerate(task.signal):
-            s.iparams[i] = v
     for i, v in enumerate(task.layer.fparams):
         s.fparams[i] = v
     for k, tile in enumerate(task.inputs + task.outputs):

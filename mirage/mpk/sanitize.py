@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .build import CSRC
+from .build import csrc_dir
 
 OPTIONS = {
     # exitcode=0: the script's verdict is the exit code; history_size=4: keep the "previous access"
@@ -97,7 +97,7 @@ def sanitizer_env(kind: str, extra: dict[str, str] | None = None) -> dict[str, s
 
 
 def in_project(frame: str) -> bool:
-    return CSRC + os.sep in frame or "module.so+0x" in frame or "/module.cu:" in frame
+    return csrc_dir() + os.sep in frame or "module.so+0x" in frame or "/module.cu:" in frame
 
 
 def parse_reports(text: str) -> list[tuple[bool, list[str]]]:

@@ -111,8 +111,8 @@ def test_grid_does_not_divide_lists_divisors():
 
 def test_grid_divisor_list_is_capped():
     pk = new_pk()
-    x = pk.attach_input(torch.zeros(720, 2), name="x")
-    y = pk.attach_input(torch.zeros(720, 2), name="y")
+    x = pk.attach_input(torch.zeros(2, 720), name="x")      # grid.x splits an identity's last dim
+    y = pk.attach_input(torch.zeros(2, 720), name="y")
     with pytest.raises(ValueError) as e:
         pk.identity_layer(input=x, output=y, grid_dim=(7, 1, 1), block_dim=BLOCK)
     # 720 has 30 divisors: the first 12, then an ellipsis
@@ -165,11 +165,17 @@ def test_unknown_layer_name():
 
 
 def test_positional_layer_args():
+    """MPK's argument order works positionally; a wrong count names the layer and its arguments."""
     pk, x, w, out = rmsnorm_kernel()
+    pk.rmsnorm_layer(x, w, out, (6, 1, 1), BLOCK)
+    assert pk.layers[0].inputs[0].tensor is x and pk.layers[0].outputs[0].tensor is out
     with pytest.raises(TypeError) as e:
-        pk.rmsnorm_layer(x, w, out, grid_dim=(6, 1, 1), block_dim=BLOCK)
-    assert str(e.value).startswith("rmsnorm_layer: pass arguments by keyword (input=")
-    assert pk.layers == []
+        pk.rmsnorm_layer(x, w, out, (6, 1, 1), BLOCK, 1e-6, "one too many")
+    assert str(e.value) == ("rmsnorm_layer: too many positional arguments; its arguments are (input, weight, "
+                            "output, grid_dim, block_dim, eps=1e-06)")
+    with pytest.raises(TypeError, match=r"rmsnorm_layer: multiple values for argument 'input'"):
+        pk.rmsnorm_layer(x, w, out, (6, 1, 1), BLOCK, input=x)
+    assert len(pk.layers) == 1
 
 
 def test_missing_layer_argument():
@@ -218,8 +224,8 @@ def test_fused_tile_straddles_two_inputs():
     b = pk.attach_input(torch.zeros(4, 8), name="b")
     f = pk.fuse_tensors([a, b], fused_dim=0, num_groups=1, name="ab")   # rows [a 0:2 | b 0:4]
     y = pk.attach_input(torch.zeros(6, 8), name="y")
-    with pytest.raises(ValueError) as e:   # grid 2: tiles of 3 rows, [0, 3) crosses the a|b edge at row 2
-        pk.identity_layer(input=f, output=y, grid_dim=(2, 1, 1), block_dim=BLOCK)
+    with pytest.raises(ValueError) as e:   # grid.y 2: tiles of 3 rows, [0, 3) crosses the a|b edge at row 2
+        pk.identity_layer(input=f, output=y, grid_dim=(1, 2, 1), block_dim=BLOCK)
     msg = str(e.value)
     assert msg.startswith("layer 'identity_0': tile rows [0, 3) of fused tensor 'ab' (input, 6 rows split "
                           "2 ways) straddle two inputs (a chunk ends at row 2)"), msg
@@ -227,7 +233,7 @@ def test_fused_tile_straddles_two_inputs():
     # grid 1 (one tile of all 6 rows) straddles too; grid 3 is fine
     with pytest.raises(ValueError, match=r"tile rows \[0, 6\) of fused tensor 'ab'"):
         pk.identity_layer(input=f, output=y, grid_dim=(1, 1, 1), block_dim=BLOCK)
-    pk.identity_layer(input=f, output=y, grid_dim=(3, 1, 1), block_dim=BLOCK)
+    pk.identity_layer(input=f, output=y, grid_dim=(1, 3, 1), block_dim=BLOCK)
 
 
 def test_fused_view_as_output():
@@ -237,7 +243,7 @@ def test_fused_view_as_output():
     f = pk.fuse_tensors([a, b], fused_dim=0, num_groups=1, name="ab")
     x = pk.attach_input(torch.zeros(4, 8), name="x")
     with pytest.raises(ValueError, match="layer 'identity_0': output 'ab' is a fused view; views are inputs"):
-        pk.identity_layer(input=x, output=f, grid_dim=(2, 1, 1), block_dim=BLOCK)
+        pk.identity_layer(input=x, output=f, grid_dim=(1, 2, 1), block_dim=BLOCK)
 
 
 # ---- compile and run order -----------------------------------------------------------------

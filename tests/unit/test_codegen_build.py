@@ -17,7 +17,7 @@ import torch
 
 from mirage.mpk import build, codegen, testing
 from mirage.mpk import graph as graph_mod
-from mirage.mpk.abi import TASK_FIRST_LAYER, TASK_TERMINATE
+from mirage.mpk.abi import TASK_TERMINATE
 from mirage.mpk.errors import MPKCompileError
 from mirage.mpk.persistent_kernel import PersistentKernel
 
@@ -34,7 +34,7 @@ def new_pk(**kw) -> PersistentKernel:
 
 
 def join_kernel(rows=4, cols=8, seed=0, **kw) -> PersistentKernel:
-    """L0: x -> y, 2 row tiles; L1: y -> z, one task (waits on both L0 tasks)."""
+    """L0: x -> y, 2 column tiles (grid.x splits an identity's last dim); L1: y -> z, one task."""
     pk = new_pk(**kw)
     g = testing.generator(seed)
     x = pk.attach_input(testing.randn((rows, cols), gen=g), name="x")
@@ -86,13 +86,14 @@ def test_task_graph_json_keeps_mpk_fields(tmp_path):
     assert doc["first_tasks"] == [1, 2]
 
     t2 = tasks[2]
-    assert t2["task_type"] == TASK_FIRST_LAYER and t2["variant_id"] == 0
+    assert t2["task_type"] == 121 and t2["variant_id"] == 0     # MPK's TASK_IDENTITY, in every graph
     assert t2["layer"] == "identity_0" and t2["grid_coord"] == [1, 0, 0]
-    # x is (4, 8) float32; the tile of x = 1 starts at row 2: 2 * 8 * 4 bytes
-    assert t2["inputs"] == [{"base_ptr": "x", "offset": 64, "data_type": "float32", "dims": [2, 8],
+    # x is (4, 8) float32; the tile of x = 1 starts at column 4: 4 * 4 bytes
+    assert t2["inputs"] == [{"base_ptr": "x", "offset": 16, "data_type": "float32", "dims": [4, 4],
                              "strides": [8, 1]}]
-    assert t2["outputs"] == [{"base_ptr": "y", "offset": 64, "data_type": "float32", "dims": [2, 8],
+    assert t2["outputs"] == [{"base_ptr": "y", "offset": 16, "data_type": "float32", "dims": [4, 4],
                               "strides": [8, 1]}]
+    assert t2["iparams"] == [] and t2["fparams"] == []
     assert t2["trigger_event"] == 1 and t2["trigger_events"] == [1] and t2["dependent_event"] == -1
     assert (t2["request_id"], t2["expert_offset"], t2["kv_idx"]) == (-1, -1, -1)
     t3 = tasks[3]
@@ -111,7 +112,7 @@ def test_generated_source_has_no_pointers_and_no_paths(tmp_path):
     assert not re.search(r"0[xX][0-9a-fA-F]+", src_a)
     for ptr in (t.data.data_ptr() for t in a._table()):
         assert str(ptr) not in src_a and f"{ptr:x}" not in src_a.lower()
-    for path in (str(tmp_path), build.CSRC, build.cache_dir(), os.path.expanduser("~"), os.getcwd()):
+    for path in (str(tmp_path), build.csrc_dir(), build.cache_dir(), os.path.expanduser("~"), os.getcwd()):
         assert path not in src_a, path
     includes = re.findall(r'#include\s+"([^"]+)"', src_a)
     assert includes and all(not inc.startswith("/") and ".." not in inc for inc in includes), includes
@@ -162,18 +163,17 @@ def test_cache_miss_hit_flags_source_and_dir(tmp_path, monkeypatch):
 
 
 def test_cache_key_covers_headers_compiler_and_flags(tmp_path, monkeypatch):
-    fl = build.flags("cpu", True, "")
-    key = build.cache_key(TINY, COMPILER, fl)
-    assert build.cache_key(TINY, COMPILER, fl) == key
-    assert build.cache_key(TINY, COMPILER, build.flags("cpu", True, "thread")) != key
-    assert build.cache_key(TINY + " ", COMPILER, fl) != key
+    fl, csrc = build.flags("cpu", True, ""), build.csrc_dir()
+    key = build.cache_key(TINY, COMPILER, fl, csrc)
+    assert build.cache_key(TINY, COMPILER, fl, csrc) == key
+    assert build.cache_key(TINY, COMPILER, build.flags("cpu", True, "thread"), csrc) != key
+    assert build.cache_key(TINY + " ", COMPILER, fl, csrc) != key
     copy = tmp_path / "csrc"
-    shutil.copytree(build.CSRC, copy)
-    monkeypatch.setattr(build, "CSRC", str(copy))
-    assert build.cache_key(TINY, COMPILER, fl) == key         # same headers, other place: same key
+    shutil.copytree(csrc, copy)
+    assert build.cache_key(TINY, COMPILER, fl, str(copy)) == key    # same headers, other place: same key
     with open(copy / "runtime" / "abi.h", "a") as f:
         f.write("\n// an edit to a header\n")
-    assert build.cache_key(TINY, COMPILER, fl) != key
+    assert build.cache_key(TINY, COMPILER, fl, str(copy)) != key
 
 
 def test_default_cache_dir(monkeypatch):
@@ -212,10 +212,10 @@ def test_missing_compiler_is_named(monkeypatch):
 def test_broken_header_raises_mpk_compile_error(tmp_path, monkeypatch):
     monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path / "cache"))
     copy = tmp_path / "csrc"
-    shutil.copytree(build.CSRC, copy)
+    shutil.copytree(build.csrc_dir(), copy)
     header = copy / "tasks" / "cpu" / "identity.h"
     header.write_text(header.read_text() + "\nint this_header_is_broken(;\n")
-    monkeypatch.setattr(build, "CSRC", str(copy))
+    monkeypatch.setenv("MPK_CSRC_DIR", str(copy))
     pk = join_kernel()
     with pytest.raises(MPKCompileError) as e:
         pk.compile()
@@ -250,7 +250,7 @@ def test_variants_are_per_kernel(tmp_path):
     b.identity_layer(input=xb, output=yb, grid_dim=(1, 1, 1), block_dim=BLOCK)
     vb = codegen.Variants(b.layers)
     # numbered from 0 for this kernel: nothing of kernel a leaks in, nothing grows
-    assert vb.cases == {"mpk::identity_task<mpk::bf16_t>": 0} and vb.kinds == {"identity": TASK_FIRST_LAYER}
+    assert vb.cases == {"mpk::identity_task<mpk::bf16_t>": 0} and vb.kinds == {"identity": 121}
     src_b = codegen.source(vb, "cpu")
     assert "rmsnorm" not in src_b and "identity_task<float>" not in src_b
     assert codegen.Variants(a.layers).cases == va.cases

@@ -20,7 +20,7 @@ BLOCK = (128, 1, 1)
 
 
 class Net:
-    """A tiny graph-description helper: float32 new tensors and identity / add layers."""
+    """A tiny graph-description helper: float32 new tensors and row/column-tiled add layers."""
 
     def __init__(self):
         self.pk = PersistentKernel(test_mode=True)
@@ -29,7 +29,11 @@ class Net:
         return self.pk.new_tensor(dims=(rows, cols), dtype=mirage.float32, name=name)
 
     def copy(self, src, dst, grid):
-        self.pk.identity_layer(input=src, output=dst, grid_dim=grid, block_dim=BLOCK)
+        """dst = src + 0, tiled like the add (grid.x rows, grid.y columns): a row-tiled copy. (An
+        identity_layer tiles the other way round: grid.x splits the last dim, as in MPK.)"""
+        zero = self.pk.tensors.get(f"zero_{src.dims[0]}x{src.dims[1]}") or \
+            self.pk.new_tensor(dims=src.dims, dtype=mirage.float32, name=f"zero_{src.dims[0]}x{src.dims[1]}")
+        self.add(src, zero, dst, grid)
 
     def add(self, a, b, out, grid):
         self.pk.elementwise_add_layer(input_a=a, input_b=b, output=out, grid_dim=grid, block_dim=BLOCK)
@@ -251,8 +255,8 @@ def test_ids_are_topological_and_follow_program_order():
     assert g.tasks[0] is None                            # TERMINATE
     assert [t.id for t in g.tasks[1:]] == list(range(1, len(g.tasks)))
     # layers in program order, contiguous; grid x fastest, as CUDA linearizes blockIdx
-    assert [t.layer.name for t in g.tasks[1:]] == (["identity_0"] * 4 + ["identity_1"] * 4 +
-                                                   ["identity_2"] * 2 + ["elementwise_add_3"] * 4)
+    assert [t.layer.name for t in g.tasks[1:]] == (["elementwise_add_0"] * 4 + ["elementwise_add_1"] * 4 +
+                                                   ["elementwise_add_2"] * 2 + ["elementwise_add_3"] * 4)
     assert [t.coord for t in g.tasks[1:5]] == [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0)]
     for t in g.tasks[1:]:
         assert all(p < t.id for p in g.triggers_of(t.event))       # producers come first
@@ -323,7 +327,7 @@ def test_verify_rejects_a_wrong_trigger_count():
     g.events[1].num_triggers += 1
     with pytest.raises(GraphError) as e:
         graph_mod.verify(g)
-    assert str(e.value) == "event 1 (launch) has num_triggers=2 but 1 tasks trigger it: identity_0(0, 0, 0)"
+    assert str(e.value) == "event 1 (launch) has num_triggers=2 but 1 tasks trigger it: elementwise_add_0(0, 0, 0)"
 
 
 def test_verify_rejects_a_wrong_end_count():
@@ -346,8 +350,8 @@ def test_verify_rejects_an_uncovered_read():
     g.events[end].num_triggers += 1
     with pytest.raises(GraphError) as e:
         graph_mod.verify(g)
-    assert str(e.value) == ("task identity_1(0, 0, 0) reads 'y' elements (2, 0)..(4, 4) written by task "
-                            f"identity_0(1, 0, 0), but its event {join} does not wait for a writer of them "
+    assert str(e.value) == ("task elementwise_add_1(0, 0, 0) reads 'y' elements (2, 0)..(4, 4) written by task "
+                            f"elementwise_add_0(1, 0, 0), but its event {join} does not wait for a writer of them "
                             "(missing dependency)")
 
 
@@ -365,7 +369,7 @@ def test_verify_rejects_a_missing_write_after_read():
     writer.event = -1 if g.events[writer.event].num_triggers == 0 else writer.event
     with pytest.raises(GraphError) as e:
         graph_mod.verify(g)
-    assert str(e.value) == ("task identity_1(0, 0, 0) overwrites 'a' elements that task identity_0(0, 0, 0) "
+    assert str(e.value) == ("task elementwise_add_1(0, 0, 0) overwrites 'a' elements that task elementwise_add_0(0, 0, 0) "
                             f"reads earlier, but its event {writer.event} does not wait for it (missing "
                             "write-after-read dependency)")
 
@@ -383,15 +387,15 @@ def test_verify_rejects_a_waiter_before_its_producer():
     g.events[-1].num_triggers -= 1
     with pytest.raises(GraphError) as e:
         graph_mod.verify(g)
-    assert str(e.value) == ("event 1: trigger task identity_2(0, 0, 0) (id 3) does not come before waiter "
-                            "identity_1(0, 0, 0) (id 2); ids must be topological")
+    assert str(e.value) == ("event 1: trigger task elementwise_add_2(0, 0, 0) (id 3) does not come before waiter "
+                            "elementwise_add_1(0, 0, 0) (id 2); ids must be topological")
 
 
 def test_verify_rejects_a_leaf_without_end_trigger():
     g = _chain(2)
     g.tasks[2].triggers = []
     g.events[-1].num_triggers = 0
-    with pytest.raises(GraphError, match=r"task identity_1\(0, 0, 0\) triggers nothing: a leaf must trigger "
+    with pytest.raises(GraphError, match=r"task elementwise_add_1\(0, 0, 0\) triggers nothing: a leaf must trigger "
                                          r"END_OF_TASK_GRAPH"):
         graph_mod.verify(g)
 
@@ -399,7 +403,7 @@ def test_verify_rejects_a_leaf_without_end_trigger():
 def test_verify_rejects_waiting_on_end():
     g = _chain(2)
     g.tasks[2].event = g.end_event
-    with pytest.raises(GraphError, match=r"task identity_1\(0, 0, 0\) waits on event 2, which no task may"):
+    with pytest.raises(GraphError, match=r"task elementwise_add_1\(0, 0, 0\) waits on event 2, which no task may"):
         graph_mod.verify(g)
 
 
@@ -440,5 +444,5 @@ def test_100k_tasks_build_and_verify():
     # L1 task (i, j) reads rows 2i, 2i+1: set {L0(2i), L0(2i+1)}, shared by j = 0, 1
     assert len(g.events) == 2 + rows // 2
     last = g.tasks[-1]
-    assert producers(g, last) == {f"identity_0({rows - 2}, 0, 0)", f"identity_0({rows - 1}, 0, 0)"}
+    assert producers(g, last) == {f"elementwise_add_0({rows - 2}, 0, 0)", f"elementwise_add_0({rows - 1}, 0, 0)"}
     assert t2 - t0 < 30, "graph build + verify of 100k tasks took over 30 s"

@@ -166,7 +166,9 @@ class _Gen:
             h = shape[x][1]
             args = {"input_a": x, "input_b": self.pick((b, h))} if kind == "elementwise_add" else {"input": x}
             args["output"] = self.out((b, h))
-            spec = LayerSpec(kind, args, (gb, rng.choice(divisors(h)), 1))
+            gh = rng.choice(divisors(h))
+            # grid.x splits rows of an add but columns of an identity (MPK's maps); the other axis the rest
+            spec = LayerSpec(kind, args, (gb, gh, 1) if kind == "elementwise_add" else (gh, gb, 1))
         elif kind == "tensor_init":
             h = rng.choice(self.widths)
             x = self.out((b, h), p_reuse=0.6)
@@ -254,11 +256,15 @@ def task_accesses(spec: LayerSpec, coord, dims: dict) -> list[tuple[str, str, li
         return [("input", "r", [rows, _part(w2, gx, x)]), ("output", "w", [rows, _part(w2 // 2, gx, x)])]
     if spec.kind in ("elementwise_add", "identity"):
         b, h = dims[a["output"]]
-        box = [_part(b, gx, x), _part(h, gy, y)]
+        box = [_part(b, gx, x), _part(h, gy, y)] if spec.kind == "elementwise_add" else \
+            [_part(b, gy, y), _part(h, gx, x)]
         return [(role, "w" if role == "output" else "r", box) for role in a]
     if spec.kind == "tensor_init":
         b, h = dims[a["input"]]
-        return [("dummy_input", "r", full("dummy_input")), ("input", "w", [_part(b, gx, x), _part(h, gy, y)]),
+        d = dims[a["dummy_input"]]
+        # grid.x splits the dummy's rows where it can (MPK's map), else the dummy is read whole
+        dummy = [_part(d[0], gx, x), range(d[1])] if len(d) == 2 and d[0] % gx == 0 else full("dummy_input")
+        return [("dummy_input", "r", dummy), ("input", "w", [_part(b, gx, x), _part(h, gy, y)]),
                 ("dummy_output", "o", full("dummy_output"))]
     raise ValueError(spec.kind)
 

@@ -44,14 +44,28 @@ class Layer:
     # Role of a symmetric output whose tile's cross-rank signal slot each task uses (allreduce):
     # the graph numbers the slots and passes (slot, use, uses per pass) as iparams 0..2.
     signal_role: str | None = None
+    # Scalar parameters the kernel must honour: name -> the value a kernel that ignored the
+    # parameter would in effect compute with (rmsnorm: eps -> 0). The layer's tests must run a
+    # case where that value moves the reference beyond the tolerance (testing.check_scalars).
+    scalars: dict = field(default_factory=dict)
 
     @property
     def cpp_function(self) -> str:
         return f"mpk::{self.kind}_task<{', '.join(d.cpp for d in self.template)}>"
 
     @property
+    def task_type(self) -> int:
+        return task_type_of(self.kind)
+
+    @property
     def num_tasks(self) -> int:
         return self.grid[0] * self.grid[1] * self.grid[2]
+
+
+def task_type_of(kind: str) -> int:
+    """The stable task type of a layer kind: its module's TASK_TYPE (MPK's TaskType number where
+    MPK has the task), the same in every graph's JSON and task table."""
+    return importlib.import_module(f"{__name__}.{kind}").TASK_TYPE
 
 
 def find_layer(method: str) -> Callable[..., Layer]:

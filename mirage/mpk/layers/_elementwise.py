@@ -1,4 +1,4 @@
-"""Shared shape rule of the row/column-tiled elementwise layers (add, identity, init)."""
+"""Shared shape rule of the row/column-tiled elementwise layers (add, init); identity tiles its own way."""
 from __future__ import annotations
 
 from . import NOT_SPLIT, Access

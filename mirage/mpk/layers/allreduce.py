@@ -24,10 +24,12 @@ from . import (
     check_tensor,
 )
 
+TASK_TYPE = 302          # MPK's TASK_NVSHMEM_TILE_ALLREDUCE
+
 FLOATS = (bfloat16, float16, float32)
 
 
-def allreduce_layer(pk, name: str, *, input, buffer, output, grid_dim, block_dim) -> Layer:
+def allreduce_layer(pk, name: str, input, buffer, output, grid_dim, block_dim) -> Layer:
     grid = check_grid(name, grid_dim, block_dim)
     x = check_tensor(name, "input", input, ndim=2, dtype=FLOATS)
     batch, hidden = x.dims

@@ -8,10 +8,12 @@ from ..dtypes import bfloat16, float16, float32
 from . import Layer, check_grid, check_splits, check_tensor
 from ._elementwise import tiled_2d
 
+TASK_TYPE = 281          # MPK's TASK_ELEMENTWISE_ADD_SM100
+
 FLOATS = (bfloat16, float16, float32)
 
 
-def elementwise_add_layer(pk, name: str, *, input_a, input_b, output, grid_dim, block_dim) -> Layer:
+def elementwise_add_layer(pk, name: str, input_a, input_b, output, grid_dim, block_dim) -> Layer:
     grid = check_grid(name, grid_dim, block_dim)
     a = check_tensor(name, "input_a", input_a, ndim=2, dtype=FLOATS)
     b = check_tensor(name, "input_b", input_b, dims=a.dims, dtype=a.dtype)

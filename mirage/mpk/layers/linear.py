@@ -7,6 +7,8 @@ from __future__ import annotations
 from ..dtypes import bfloat16, float16, float32
 from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 
+TASK_TYPE = 120          # MPK's TASK_LINEAR
+
 FLOATS = (bfloat16, float16, float32)
 
 
@@ -31,7 +33,7 @@ def linear_accesses(name: str, grid, input, weight, output, extra=()) -> tuple[l
     return inputs, outputs
 
 
-def linear_layer(pk, name: str, *, input, weight, output, grid_dim, block_dim) -> Layer:
+def linear_layer(pk, name: str, input, weight, output, grid_dim, block_dim) -> Layer:
     grid = check_grid(name, grid_dim, block_dim)
     inputs, outputs = linear_accesses(name, grid, input, weight, output)
     return Layer(name, "linear", grid, inputs, outputs, (inputs[0].tensor.dtype,))

@@ -8,8 +8,10 @@ from __future__ import annotations
 from . import Layer, check_grid
 from .linear import linear_accesses
 
+TASK_TYPE = 108          # MPK's TASK_LINEAR_WITH_RESIDUAL
 
-def linear_with_residual_layer(pk, name: str, *, input, weight, residual, output, grid_dim,
+
+def linear_with_residual_layer(pk, name: str, input, weight, residual, output, grid_dim,
                                block_dim) -> Layer:
     grid = check_grid(name, grid_dim, block_dim)
     inputs, outputs = linear_accesses(name, grid, input, weight, output, extra=[("residual", residual)])

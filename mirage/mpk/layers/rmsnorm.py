@@ -7,10 +7,12 @@ from __future__ import annotations
 from ..dtypes import bfloat16, float16, float32
 from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 
+TASK_TYPE = 119          # MPK's TASK_RMS_NORM
+
 FLOATS = (bfloat16, float16, float32)
 
 
-def rmsnorm_layer(pk, name: str, *, input, weight, output, grid_dim, block_dim, eps: float = 1e-6) -> Layer:
+def rmsnorm_layer(pk, name: str, input, weight, output, grid_dim, block_dim, eps: float = 1e-6) -> Layer:
     grid = check_grid(name, grid_dim, block_dim)
     x = check_tensor(name, "input", input, ndim=2, dtype=FLOATS)
     batch, hidden = x.dims
@@ -26,4 +28,4 @@ def rmsnorm_layer(pk, name: str, *, input, weight, output, grid_dim, block_dim, 
     outputs = [Access("output", y, rows)]
     check_splits(name, grid, inputs, outputs)
     return Layer(name, "rmsnorm", grid, inputs, outputs, (x.dtype,), fparams=(float(eps),),
-                 params={"eps": float(eps)})
+                 params={"eps": float(eps)}, scalars={"eps": 0.0})

@@ -9,10 +9,12 @@ from __future__ import annotations
 from ..dtypes import bfloat16, float16, float32
 from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 
+TASK_TYPE = 118          # MPK's TASK_SILU_MUL
+
 FLOATS = (bfloat16, float16, float32)
 
 
-def silu_mul_layer(pk, name: str, *, input, output, grid_dim, block_dim) -> Layer:
+def silu_mul_layer(pk, name: str, input, output, grid_dim, block_dim) -> Layer:
     grid = check_grid(name, grid_dim, block_dim)
     x = check_tensor(name, "input", input, ndim=2, dtype=FLOATS)
     batch, width = x.dims

@@ -1,4 +1,4 @@
-"""identity reference: y = x (a copy), in float64. x, y: [B, H]."""
+"""identity reference: y = x (a copy), in float64. x, y: [B, H] or [B, S, H]."""
 import torch
 
 

@@ -12,27 +12,28 @@ from mirage.mpk.persistent_kernel import PersistentKernel
 ref = testing.load_reference(__file__)
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
-# (batch, hidden, (grid.x, grid.y)): grid.x splits rows, grid.y splits columns
+# (shape, (grid.x, grid.y)): as in MPK, grid.x splits the last dim; grid.y splits the first
 CASES = [
-    (8, 96, (8, 1)),            # one-row tiles
-    (6, 64, (3, 4)),            # 2-D grid, non-power-of-two row split
-    (1, 7, (1, 7)),             # one-column tiles
-    (5, 3, (5, 3)),             # 1x1 tiles
-    (12, 4096, (6, 2)),         # a real hidden size
+    ((8, 96), (1, 8)),          # one-row tiles
+    ((6, 64), (4, 3)),          # 2-D grid, non-power-of-two row split
+    ((1, 7), (7, 1)),           # one-column tiles
+    ((5, 3), (3, 5)),           # 1x1 tiles
+    ((12, 4096), (2, 6)),       # a real hidden size
+    ((4, 6, 8), (4, 2)),        # 3-D: grid.x splits the last dim, the middle dim stays whole
 ]
 
 
-def run_case(dtype, batch, hidden, grid, jitter, output_dir=None):
-    gen = testing.generator(offset=batch * 100003 + hidden * 37 + grid[1])
+def run_case(dtype, shape, grid, jitter, output_dir=None):
+    gen = testing.generator(offset=shape[0] * 100003 + shape[-1] * 37 + grid[1])
     pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter))
-    x = testing.randn((batch, hidden), dtype, gen)
-    out = torch.zeros(batch, hidden, dtype=dtype)
+    x = testing.randn(shape, dtype, gen)
+    out = torch.zeros(shape, dtype=dtype)
     x_dt, out_dt = pk.attach_input(x, name="x"), pk.attach_input(out, name="out")
     pk.identity_layer(input=x_dt, output=out_dt, grid_dim=(grid[0], grid[1], 1), block_dim=(128, 1, 1))
     pk.compile(output_dir=output_dir)
     pk()
     expected = ref.identity(x)
-    name = f"identity[{str(dtype)[6:]},{batch}x{hidden},grid={grid},jitter={jitter}]"
+    name = f"identity[{str(dtype)[6:]},{'x'.join(map(str, shape))},grid={grid},jitter={jitter}]"
     testing.assert_close(name, out, expected, testing.tol_elementwise(dtype))
     # identity.h is a bit copy: the budget above is already below half an ulp; this says it exactly.
     assert torch.equal(out.view(torch.uint8), x.view(torch.uint8)), f"{name}: output is not a bit copy"
@@ -46,7 +47,7 @@ def _jitter(dtype, case) -> int:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}x{c[1]}-grid{c[2][0]}x{c[2][1]}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{'x'.join(map(str, c[0]))}-grid{c[1][0]}x{c[1][1]}")
 def test_identity(dtype, case, tmp_path):
     run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=str(tmp_path))
 

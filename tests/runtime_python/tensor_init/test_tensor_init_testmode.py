@@ -59,10 +59,11 @@ def test_tensor_init(dtype, case, tmp_path):
     run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=str(tmp_path))
 
 
-def run_ordering(output_dir=None):
-    """tensor_init waits for every task that writes its dummy_input, and nothing else orders it."""
+def run_ordering(output_dir=None, init_grid_x=2):
+    """tensor_init waits for exactly the writers of the dummy_input rows its grid.x tile covers (MPK's
+    map), or for every writer when grid.x does not divide the dummy's rows; nothing else orders it."""
     dtype = torch.float32
-    gen = testing.generator(offset=77)
+    gen = testing.generator(offset=77 + init_grid_x)
     pk = PersistentKernel(**testing.cpu_config(jitter_seed=99))
     src = testing.randn((6, 8), dtype, gen)
     mid = torch.zeros(6, 8, dtype=dtype)
@@ -70,17 +71,22 @@ def run_ordering(output_dir=None):
     spare = torch.zeros(1, dtype=dtype)
     src_dt, mid_dt = pk.attach_input(src, name="src"), pk.attach_input(mid, name="mid")
     x_dt, spare_dt = pk.attach_input(x, name="x"), pk.attach_input(spare, name="spare")
-    pk.identity_layer(input=src_dt, output=mid_dt, grid_dim=(3, 2, 1), block_dim=(128, 1, 1))
-    pk.tensor_init_layer(input=x_dt, dummy_input=mid_dt, dummy_output=spare_dt, grid_dim=(2, 5, 1),
+    # identity: grid.x splits mid's columns in 2, grid.y its rows in 3 (rows [2y, 2y + 2))
+    pk.identity_layer(input=src_dt, output=mid_dt, grid_dim=(2, 3, 1), block_dim=(128, 1, 1))
+    pk.tensor_init_layer(input=x_dt, dummy_input=mid_dt, dummy_output=spare_dt, grid_dim=(init_grid_x, 5, 1),
                          block_dim=(128, 1, 1))
     pk.compile(output_dir=output_dir)
-    producers = {t.id for t in pk.graph.layer_tasks(pk.layers[0])}
+    writers = pk.graph.layer_tasks(pk.layers[0])
+    split = 6 % init_grid_x == 0
     for task in pk.graph.layer_tasks(pk.layers[1]):
+        rows = range(task.coord[0] * 6 // init_grid_x, (task.coord[0] + 1) * 6 // init_grid_x) if split \
+            else range(6)
+        want = {w.id for w in writers if set(rows) & set(range(2 * w.coord[1], 2 * w.coord[1] + 2))}
         waits_for = set(pk.graph.triggers_of(task.event)) if task.event > 0 else set()
-        assert waits_for == producers, (f"tensor_init task {task.label} waits for tasks {sorted(waits_for)}, "
-                                        f"expected every writer of its dummy_input {sorted(producers)}")
-    print(f"ORDER tensor_init: each of {pk.layers[1].num_tasks} tasks waits on one event triggered by all "
-          f"{len(producers)} tasks of {pk.layers[0].name} (the dummy_input's producer) PASS")
+        assert waits_for == want, (f"tensor_init task {task.label} waits for tasks {sorted(waits_for)}, "
+                                   f"expected the writers of dummy_input rows {rows}: {sorted(want)}")
+    print(f"ORDER tensor_init grid.x={init_grid_x}: each of {pk.layers[1].num_tasks} tasks waits for exactly "
+          f"the writers of {'its rows' if split else 'all'} of its dummy_input PASS")
     pk()
     tol = testing.tol_elementwise(dtype)
     testing.assert_close("ordering.identity.mid", mid, identity_ref.identity(src), tol)
@@ -89,8 +95,9 @@ def run_ordering(output_dir=None):
     return pk
 
 
-def test_tensor_init_orders_after_dummy_input_producer(tmp_path):
-    run_ordering(output_dir=str(tmp_path))
+@pytest.mark.parametrize("init_grid_x", [2, 4], ids=["dummy-rows-split", "dummy-read-whole"])
+def test_tensor_init_orders_after_dummy_input_producer(tmp_path, init_grid_x):
+    run_ordering(output_dir=str(tmp_path), init_grid_x=init_grid_x)
 
 
 if __name__ == "__main__":
@@ -98,6 +105,7 @@ if __name__ == "__main__":
     for dtype in DTYPES:
         for case in CASES:
             pk = run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=out_dir)
+    run_ordering(output_dir=out_dir, init_grid_x=4)
     pk = run_ordering(output_dir=out_dir)
     print(f"generated code and task graph: {pk.output_files[0]}, {pk.output_files[1]}")
     print("All tensor_init test-mode cases PASS")

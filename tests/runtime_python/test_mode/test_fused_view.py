@@ -50,8 +50,9 @@ def test_fused_view_of_computed_tensors_orders_by_rows():
     pk = graph.new_pk(23)
     t = graph.attach(pk, torch.float32, gen, x=(BATCH, HIDDEN), a=(INTER, HIDDEN), b=(INTER, HIDDEN),
                      out_a=(INTER, HIDDEN), out_b=(INTER, HIDDEN), out=(BATCH, 2 * INTER))
-    pk.identity_layer(input=t["a"], output=t["out_a"], grid_dim=(6, 1, 1), block_dim=graph.BLOCK)
-    pk.identity_layer(input=t["b"], output=t["out_b"], grid_dim=(6, 1, 1), block_dim=graph.BLOCK)
+    # grid.y splits an identity's rows (grid.x its last dim): 6 row tiles of 16 rows each
+    pk.identity_layer(input=t["a"], output=t["out_a"], grid_dim=(1, 6, 1), block_dim=graph.BLOCK)
+    pk.identity_layer(input=t["b"], output=t["out_b"], grid_dim=(1, 6, 1), block_dim=graph.BLOCK)
     fused = pk.fuse_tensors([t["out_a"], t["out_b"]], fused_dim=0, num_groups=GROUPS, name="w_ab")
     pk.linear_layer(input=t["x"], weight=fused, output=t["out"], grid_dim=(2 * GROUPS, 1, 1),
                     block_dim=graph.BLOCK)
@@ -61,7 +62,7 @@ def test_fused_view_of_computed_tensors_orders_by_rows():
     for task in pk.graph.layer_tasks(pk.layers[2]):
         j = task.coord[0]
         src = pk.layers[j % 2]
-        want = {f"{src.name}{(2 * (j // 2) + k, 0, 0)}" for k in range(2)}
+        want = {f"{src.name}{(0, 2 * (j // 2) + k, 0)}" for k in range(2)}
         got = {pk.graph.tasks[p].label for p in pk.graph.triggers_of(task.event)}
         assert got == want, (task.label, got, want)
     print(f"FUSED_DEPS each of {2 * GROUPS} linear tasks waits on exactly the 2 tasks writing its chunk PASS")
