@@ -1,0 +1,87 @@
+"""`python -m mirage.mpk doctor`: where the kernel sources are, and one line per missing header.
+
+Run: pytest tests/unit/test_doctor.py -s   (-s shows doctor's output)
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import mirage
+from mirage.mpk import __main__ as cli
+from mirage.mpk import build
+from mirage.mpk.errors import MPKInstallError
+
+
+def doctor(capsys) -> tuple[int, str]:
+    """Run doctor in-process; return (exit code, stdout) and print both."""
+    code = cli.doctor()
+    out = capsys.readouterr().out
+    with capsys.disabled():
+        print(f"\n$ python -m mirage.mpk doctor  (MPK_CSRC_DIR={os.environ.get('MPK_CSRC_DIR', '')!r}) "
+              f"-> exit {code}\n{out}", end="")
+    return code, out
+
+
+def csrc_copy(tmp_path, *deleted: str) -> str:
+    """A copy of the sources in use, less `deleted` (paths relative to csrc/)."""
+    copy = str(tmp_path / "csrc")
+    shutil.copytree(build.csrc_dir(), copy)
+    for rel in deleted:
+        os.remove(os.path.join(copy, rel))
+    return copy
+
+
+def test_doctor_passes_on_this_install(capsys, monkeypatch):
+    monkeypatch.delenv("MPK_CSRC_DIR", raising=False)
+    code, out = doctor(capsys)
+    where = "the package" if build.csrc_dir() == build.PACKAGED_CSRC else "the checkout"
+    line = f"kernel sources: {build.csrc_dir()} ({where})"
+    print(f"EVIDENCE doctor exit {code}, names '{line}': {line in out}, problems: {out.count('PROBLEM')}")
+    assert code == 0 and line in out and "PROBLEM" not in out
+    assert "kernel sources complete" in out and "rmsnorm" in out
+
+
+def test_doctor_names_a_missing_task_header_and_its_layer(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MPK_CSRC_DIR", csrc_copy(tmp_path, "tasks/cpu/rmsnorm.h"))
+    code, out = doctor(capsys)
+    problems = [line for line in out.splitlines() if line.startswith("PROBLEM")]
+    print(f"EVIDENCE doctor exit {code}, problems: {problems}")
+    assert code == 1 and len(problems) == 1
+    assert "layer 'rmsnorm'" in problems[0] and "tasks/cpu/rmsnorm.h" in problems[0]
+    assert "(MPK_CSRC_DIR)" in problems[0] and "fix:" in problems[0]
+
+
+def test_doctor_names_a_missing_included_header(tmp_path, capsys, monkeypatch):
+    # tile2d.h belongs to no layer: only the task headers that include it show it is needed.
+    monkeypatch.setenv("MPK_CSRC_DIR", csrc_copy(tmp_path, "tasks/cpu/tile2d.h"))
+    code, out = doctor(capsys)
+    problems = [line for line in out.splitlines() if line.startswith("PROBLEM")]
+    print(f"EVIDENCE doctor exit {code}, {len(problems)} problem line(s) naming tile2d.h")
+    assert code == 1 and problems and all('includes "tile2d.h"' in p for p in problems)
+    assert any(p.startswith("PROBLEM tasks/cpu/rmsnorm.h includes") for p in problems)
+
+
+def test_doctor_with_an_empty_override(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MPK_CSRC_DIR", str(tmp_path))
+    with pytest.raises(MPKInstallError) as e:
+        build.csrc_dir()
+    code, out = doctor(capsys)
+    print(f"EVIDENCE doctor exit {code}, prints the MPKInstallError text: {str(e.value) in out}")
+    assert code == 1 and str(e.value) in out and str(tmp_path) in out
+
+
+def test_doctor_exit_status_from_the_command_line(tmp_path):
+    # the same mirage as this process, from a directory outside the checkout
+    here = os.path.dirname(os.path.dirname(os.path.abspath(mirage.__file__)))
+    path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, MPK_CSRC_DIR=csrc_copy(tmp_path, "tasks/cpu/silu_mul.h"), PYTHONPATH=path)
+    proc = subprocess.run([sys.executable, "-m", "mirage.mpk", "doctor"], capture_output=True, text=True,
+                          env=env, cwd=str(tmp_path), timeout=120)
+    print(f"$ MPK_CSRC_DIR={env['MPK_CSRC_DIR']} python -m mirage.mpk doctor -> exit {proc.returncode}\n"
+          f"{proc.stdout}{proc.stderr}")
+    problems = [line for line in proc.stdout.splitlines() if line.startswith("PROBLEM")]
+    print(f"EVIDENCE exit {proc.returncode}, problems: {problems}")
+    assert proc.returncode == 1 and len(problems) == 1 and "layer 'silu_mul'" in problems[0]
