@@ -14,8 +14,12 @@ if __name__ == "__main__":
         sys.exit(__doc__)
     src = sys.argv[1]
     base = src[:-5] if src.endswith(".json") else src
+    try:
+        g = inspect.load(src)
+    except (OSError, inspect.NotATaskGraph) as e:
+        sys.exit(f"display_task_graph: {e}")
     with open(f"{base}.dot", "w") as f:
-        f.write(inspect.to_dot(inspect.load(src)))
+        f.write(inspect.to_dot(g))
     print(f"wrote {base}.dot")
     if shutil.which("dot"):
         subprocess.run(["dot", "-Tsvg", f"{base}.dot", "-o", f"{base}.svg"], check=True)

@@ -9,4 +9,8 @@ from mirage.mpk import inspect
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit(__doc__)
-    print(inspect.summary(inspect.load(sys.argv[1]), sys.argv[1]))
+    try:
+        g = inspect.load(sys.argv[1])
+    except (OSError, inspect.NotATaskGraph) as e:
+        sys.exit(f"parse_task_graph: {e}")
+    print(inspect.summary(g, sys.argv[1]))

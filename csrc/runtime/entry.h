@@ -1,6 +1,7 @@
 // entry.h: the extern "C" entry points declared in abi.h, compiled into every generated
 // module. Include it LAST, after the generated dispatcher and
-//   #define MPK_EXECUTE_TASK mpk_generated::execute_task   // void(const mpk::TaskView&)
+//   #define MPK_EXECUTE_TASK mpk_generated::execute_task   // bool(const mpk::TaskView&):
+//                                                          // false for a variant it does not have
 // Every entry point catches everything: no C++ exception crosses the C ABI. All state
 // lives in the handle mpk_init returns, so kernels sharing one loaded .so share nothing.
 #pragma once
@@ -202,7 +203,7 @@ MPK_EXPORT int mpk_launch(void* handle) {
     if (__atomic_exchange_n(&k.launching, 1, __ATOMIC_ACQ_REL)) return MPK_INVALID;  // already launching
     int status;
     try {
-        status = mpk::launch(k, [](const mpk::TaskView& v) { MPK_EXECUTE_TASK(v); });
+        status = mpk::launch(k, [](const mpk::TaskView& v) { return MPK_EXECUTE_TASK(v); });
     } catch (const std::exception& e) {
         k.fail(MPK_INTERNAL, std::string("mpk_launch: ") + e.what());
         status = k.status;

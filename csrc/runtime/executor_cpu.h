@@ -321,7 +321,14 @@ template <class Exec> bool run_task(Kernel& k, WorkerSlot& me, int32_t pos, int6
     view.signal = signal_peer;
     view.executor = &context;
     try {
-        if (fault != MPK_FAULT_SKIP) exec(view);
+        // exec returns false for a variant the generated dispatcher lacks: the task table and the
+        // module come from different graphs. Running nothing there would pass silently.
+        if (fault != MPK_FAULT_SKIP && !exec(view)) {
+            k.fail_and_abort(MPK_INVALID, "task " + std::to_string(pos) + " has variant " + std::to_string(t.variant) +
+                                              ", which this module's dispatcher does not have (task table and "
+                                              "module from different graphs?)");
+            return false;
+        }
 #ifdef MPK_FAULT_INJECTION
         if (fault == MPK_FAULT_PERTURB) MPK_PERTURB_OUTPUT(view, k.cfg.fault_element, k.cfg.fault_amount);
 #endif

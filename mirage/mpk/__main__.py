@@ -103,7 +103,12 @@ def cache(args: list[str]) -> int:
 def inspect(path: str) -> int:
     from . import inspect as graph_inspect
 
-    print(graph_inspect.summary(graph_inspect.load(path), path))
+    try:
+        g = graph_inspect.load(path)
+    except (OSError, graph_inspect.NotATaskGraph) as e:
+        print(f"inspect: {e}", file=sys.stderr)
+        return 2
+    print(graph_inspect.summary(g, path))
     return 0
 
 

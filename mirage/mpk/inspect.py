@@ -5,9 +5,37 @@ import json
 from collections import Counter
 
 
+class NotATaskGraph(ValueError):
+    """The file is not a task_graph_rank{R}.json this package wrote; the text says what is wrong."""
+
+
+_TASK_KEYS = ("task_id", "layer", "grid_coord", "trigger_events", "dependent_event")
+_EVENT_KEYS = ("num_triggers",)
+
+
 def load(path: str) -> dict:
-    with open(path) as f:
-        return json.load(f)
+    """Read and sanity-check a task graph; NotATaskGraph names the file and the first problem."""
+    try:
+        with open(path) as f:
+            g = json.load(f)
+    except UnicodeDecodeError:
+        raise NotATaskGraph(f"{path} is not a task graph: not a text file") from None
+    except json.JSONDecodeError as e:
+        raise NotATaskGraph(f"{path} is not a task graph: not JSON ({e})") from None
+    if not isinstance(g, dict) or not all(isinstance(g.get(k), list) for k in ("all_tasks", "all_events",
+                                                                                "first_tasks")):
+        raise NotATaskGraph(f"{path} is not a task graph: expected a JSON object with the lists all_tasks, "
+                            f"all_events and first_tasks (a task_graph_rank<R>.json written by compile())")
+    for kind, items, keys in (("task", g["all_tasks"], _TASK_KEYS), ("event", g["all_events"], _EVENT_KEYS)):
+        for i, item in enumerate(items):
+            missing = [k for k in keys if not isinstance(item, dict) or k not in item]
+            if missing:
+                raise NotATaskGraph(f"{path} is not a task graph of this package: {kind} {i} has no "
+                                    f"{', '.join(missing)} (written by another tool or version?)")
+    if not g["all_tasks"] or len(g["all_events"]) < 2:
+        raise NotATaskGraph(f"{path} is not a task graph: it needs TERMINATE plus tasks, and at least the "
+                            f"TERMINATION and END_OF_TASK_GRAPH events")
+    return g
 
 
 def producers(g: dict) -> dict[int, list[int]]:

@@ -9,8 +9,8 @@ import os
 
 import torch
 
+from . import abi, codegen, dist, faults, reuse, written
 from . import build as build_mod
-from . import codegen, dist, faults, written
 from . import graph as graph_mod
 from .dtypes import DType, bfloat16, to_dtype
 from .errors import MPKRuntimeError
@@ -280,12 +280,55 @@ class PersistentKernel:
         return device_type
 
     def compile(self, **kwargs) -> None:
-        """Verify the graph, write test_rank{R}.cu / task_graph_rank{R}.json, build, load."""
-        unknown = set(kwargs) - {"output_dir"}
+        """Verify the graph, write test_rank{R}.cu / task_graph_rank{R}.json, build, load.
+
+        With output_dir, also keep the built module and its metadata there for load_mpk_kernel()."""
+        output_dir = self._check_build_kwargs("compile", kwargs)
+        graph, variants, src, injecting = self._prepare()
+        graph_json = codegen.task_graph_json(graph, variants) if output_dir else None
+        if output_dir:
+            self.output_files = codegen.write_outputs(output_dir, self.mpi_rank, src, graph_json)
+            log.info("wrote %s and %s", *self.output_files)
+        self.build = build_mod.compile_module(src, self.device.type, self.test_mode, self.sanitize, injecting)
+        if output_dir:
+            meta = reuse.describe(self, graph_json, src, build_mod.headers_digest(build_mod.csrc_dir()),
+                                  abi.ABI_VERSION, injecting)
+            kept = reuse.save(output_dir, self.mpi_rank, self.build.path, meta)
+            log.info("kept the module for load_mpk_kernel(): %s", kept["module"])
+        self._start(self.build.path, graph, variants)
+
+    def load_mpk_kernel(self, output_dir: str, **kwargs) -> None:
+        """Run a module kept by an earlier compile(output_dir=...) of the same graph; no compiler runs.
+
+        The kept metadata is checked against this declaration (graph, tensors, dtypes, rank, build
+        flags, kernel sources) and a difference is a ValueError naming it. skip_validation=True (MPK's
+        keyword) skips the graph comparison, never the module's checksum and source checks."""
+        skip = bool(kwargs.pop("skip_validation", False))
+        self._check_build_kwargs("load_mpk_kernel", kwargs)
+        graph, variants, src, injecting = self._prepare()
+        current = reuse.describe(self, codegen.task_graph_json(graph, variants), src,
+                                 build_mod.headers_digest(build_mod.csrc_dir()), abi.ABI_VERSION, injecting)
+        module = reuse.check(output_dir, self.mpi_rank, current, skip_validation=skip)
+        log.info("load_mpk_kernel: %s (no compile)", module)
+        where = reuse.paths(output_dir, self.mpi_rank)
+        self.output_files = (os.path.join(output_dir, f"test_rank{self.mpi_rank}.cu"), where["graph"])
+        self._start(module, graph, variants)
+
+    def _check_build_kwargs(self, what: str, kwargs: dict) -> str | None:
+        unknown = set(kwargs) - {"output_dir", "eos_token_id"}
         if unknown:
-            raise TypeError(f"compile() got unexpected keyword(s) {sorted(unknown)}")
+            raise TypeError(f"{what}() got unexpected keyword(s) {sorted(unknown)}")
         if self.graph is not None:
-            raise RuntimeError("compile() was already called on this PersistentKernel")
+            raise RuntimeError(f"{what}(): this PersistentKernel was already compiled or loaded")
+        if "eos_token_id" in kwargs:          # MPK lets compile() override the constructor's value
+            self.params["eos_token_id"] = int(kwargs["eos_token_id"])
+        out = kwargs.get("output_dir")
+        if out and os.path.exists(out) and not os.path.isdir(out):
+            raise NotADirectoryError(f"{what}(output_dir={out!r}): {out} exists and is not a directory")
+        return out
+
+    def _prepare(self):
+        """Graph (verified), meta tensors, storage, variants and the generated source: all but the build."""
         backend = self._resolve_backend()
         self.device = self.device or torch.device("cpu")
         graph = graph_mod.build(self.layers)
@@ -293,7 +336,7 @@ class PersistentKernel:
         for t in self.tensors.values():
             if t.kind == SHUFFLED:
                 _check_shuffle_inputs_constant(t, graph)
-        meta = build_meta(self.params, self._given_meta, self.device)
+        self.meta_tensors = build_meta(self.params, self._given_meta, self.device)
         for t in self._table():
             if t.data is None and t.kind != SYMMETRIC:
                 t.data = torch.zeros(t.dims, dtype=t.dtype.torch, device=self.device)
@@ -302,13 +345,11 @@ class PersistentKernel:
             faults.locate(self.fault, graph)         # a bad fault spec fails before compiling
             log.info("fault injection: %s", self.fault)
         injecting = self.fault is not None and self.fault.kind in faults.RUNTIME_KINDS
-        src = codegen.source(variants, backend, fault_injection=injecting)
-        if kwargs.get("output_dir"):
-            self.output_files = codegen.write_outputs(kwargs["output_dir"], self.mpi_rank, src,
-                                                      codegen.task_graph_json(graph, variants))
-            log.info("wrote %s and %s", *self.output_files)
-        self.build = build_mod.compile_module(src, backend, self.test_mode, self.sanitize, injecting)
-        p = self.params
+        return graph, variants, codegen.source(variants, backend, fault_injection=injecting), injecting
+
+    def _start(self, module: str, graph, variants) -> None:
+        """Load the module and hand it the graph, pointers and config (mpk_init)."""
+        p, meta = self.params, self.meta_tensors
         config = dict(num_workers=p["num_workers"], num_local_schedulers=p["num_local_schedulers"],
                       test_mode=int(self.test_mode), jitter=int(self.schedule_jitter is not None),
                       jitter_seed=int(self.schedule_jitter or 0), watchdog_s=self.watchdog_s,
@@ -318,8 +359,7 @@ class PersistentKernel:
                       page_size=p["page_size"], total_num_requests=meta["tokens"].shape[0],
                       eos_token_id=p["eos_token_id"], mpi_rank=self.mpi_rank, world_size=self.world_size)
         self._allocate_symmetric(graph, config)     # collective: after every rank's compile
-        self._runtime = Runtime(self.build.path, graph, variants, self._table(), meta, config, self.fault)
-        self.meta_tensors = meta
+        self._runtime = Runtime(module, graph, variants, self._table(), meta, config, self.fault)
         self.graph = graph
         self._watched = written.watched(graph) if self.test_mode else []
 
@@ -363,6 +403,10 @@ class PersistentKernel:
                 raise MPKRuntimeError(f"test mode ran {passes} passes of the graph; expected exactly 1")
             written.check_written(self._watched)
 
+    def run(self, **kwargs) -> None:
+        """The same as pk(**kwargs) (MPK's newer files call pk.run())."""
+        self(**kwargs)
+
     def run_test_mode(self) -> None:
         """MPK's older spelling of pk() in test mode."""
         if not self.test_mode:
@@ -394,6 +438,20 @@ class PersistentKernel:
 
     def wait(self) -> None:
         """Synchronize with the last launch (launches on the CPU backend already block)."""
+
+    def __enter__(self) -> PersistentKernel:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.finalize()
+
+    def __del__(self) -> None:
+        # As in MPK, a kernel that goes out of scope frees its runtime (workers, module handle). A
+        # multi-rank kernel's symmetric memory is freed collectively, which a collector running at an
+        # arbitrary moment on one rank cannot do: that stays with finalize() or the job's end.
+        if getattr(self, "_runtime", None) is not None:     # absent if __init__ raised
+            self._runtime.finalize()
+            self._runtime = None
 
 
 def _check_shuffle_inputs_constant(view: DTensor, graph) -> None:

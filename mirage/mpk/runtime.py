@@ -7,6 +7,7 @@ one loaded .so share no state.
 from __future__ import annotations
 
 import ctypes as C
+import re
 
 import torch
 
@@ -96,8 +97,18 @@ class Runtime:
         if status == abi.HANG:
             raise MPKHangError(self.hang_report())
         if status != abi.OK:
-            raise MPKRuntimeError(f"launch failed (status {status}): {self.error_message()}")
+            raise MPKRuntimeError(f"launch failed (status {status}): {self.name_tasks(self.error_message())}")
         return self.lib.mpk_iterations(self.handle)
+
+    def name_tasks(self, message: str) -> str:
+        """'task 4' in a runtime message -> "task 4 = 'linear_1'(0, 2, 0)": layers and grid coordinates."""
+        def label(m: re.Match) -> str:
+            i = int(m.group(1))
+            if not 1 <= i < len(self.graph.tasks):
+                return m.group(0)
+            task = self.graph.tasks[i]
+            return f"task {i} = '{task.layer.name}'{task.coord}"
+        return re.sub(r"\btask (\d+)\b", label, message)
 
     def error_message(self) -> str:
         buf = C.create_string_buffer(4096)

@@ -65,12 +65,13 @@ inline void peer(const mpk::TaskView& v) {
 }  // namespace fake
 
 namespace mpk_generated {
-inline void execute_task(const mpk::TaskView& v) {
+inline bool execute_task(const mpk::TaskView& v) {
     switch (v.task->variant) {
-    case fake::SUM: fake::sum(v); return;
-    case fake::MODEL: fake::model(v); return;
+    case fake::SUM: fake::sum(v); return true;
+    case fake::MODEL: fake::model(v); return true;
     case fake::THROW: throw std::runtime_error("injected failure");
-    case fake::PEER: fake::peer(v); return;
+    case fake::PEER: fake::peer(v); return true;
+    default: return false;
     }
 }
 }  // namespace mpk_generated
@@ -624,6 +625,22 @@ static void test_kernel_exception() {
            g_failures == before ? "PASS" : "FAIL");
 }
 
+static void test_unknown_variant() {
+    const int before = g_failures;
+    Graph g = chain(3);
+    g.add({3}, 99);  // a variant the dispatcher above does not have
+    g.add({4});
+    Instance in(g, default_config());
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    in.launch();
+    const std::string msg = in.message();
+    CHECK(in.status == MPK_INVALID && msg.find("task 4 has variant 99") != std::string::npos, "%d %s", in.status,
+          msg.c_str());
+    CHECK(in.progress()[5] == 0, "the consumer of the undispatched task ran");
+    printf("a variant the dispatcher lacks -> MPK_INVALID, not a silent no-op: \"%s\" %s\n", msg.c_str(),
+           g_failures == before ? "PASS" : "FAIL");
+}
+
 // ---- tests: watchdog
 
 static void test_hang() {
@@ -839,6 +856,7 @@ int main() {
     test_nothing_scheduled();
     test_invalid_at_launch();
     test_kernel_exception();
+    test_unknown_variant();
     test_hang();
     test_peer_wait();
     test_long_task_is_not_a_hang();

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import threading
 import time
 
@@ -324,3 +325,26 @@ def test_two_kernels_from_one_so_run_concurrently_and_release_the_gil():
     assert not torch.equal(outs[0], outs[1])
     for pk in pks:
         pk.finalize()
+
+
+def test_generated_source_header_says_how_to_build_it(tmp_path):
+    """The .cu's header names its include directory and headers; its command, followed by hand, builds it."""
+    from mirage.mpk import abi
+
+    pk = join_kernel()
+    pk.compile(output_dir=str(tmp_path))
+    src = open(pk.output_files[0]).read()
+    pk.finalize()
+    lines = src.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith("// Build by hand: "))
+    headers = lines[i - 1].strip("/ .").split(", ")
+    assert headers == ["runtime/runtime.h", "tasks/cpu/identity.h", "runtime/entry.h"], headers
+    assert all(os.path.isfile(os.path.join(build.csrc_dir(), h)) for h in headers)
+    cmd = (lines[i][len("// Build by hand: "):] + " " + lines[i + 1].lstrip("/ ").split("(")[0]).split()
+    cmd = [{"<csrc>": build.csrc_dir(), "<this": pk.output_files[0], "file>": None,
+            "module.so": str(tmp_path / "by_hand.so")}.get(w, w) for w in cmd]
+    cmd = [w for w in cmd if w is not None] + ["-DMPK_TEST_MODE"]
+    print("BUILD BY HAND:", " ".join(cmd))
+    subprocess.run(cmd, check=True)
+    lib = ctypes.CDLL(str(tmp_path / "by_hand.so"))
+    assert lib.mpk_abi_version() == abi.ABI_VERSION

@@ -48,3 +48,28 @@ def test_display_task_graph(tmp_path):
     print(out)
     assert dot.count("subgraph") == 3 and dot.count(" -> ") == 4 * 2 + 4 * 2   # every wait, by event
     assert 'label="rmsnorm_0"' in dot
+
+
+def test_inspect_refuses_files_that_are_not_task_graphs(tmp_path):
+    """A binary file, other JSON and a truncated graph: one line saying so, exit 2, no traceback."""
+    graph = write_graph(tmp_path)
+    cases = {"module.so": b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)),
+             "config.json": b'{"mode": "offline", "world_size": 1}',
+             "tasks_without_fields.json": b'{"all_tasks": [{"task_id": 0}], "all_events": [], '
+                                          b'"first_tasks": []}',
+             "truncated.json": open(graph, "rb").read()[:200]}
+    for name, data in cases.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        cmds = [[sys.executable, "-m", "mirage.mpk", "inspect", str(path)]]
+        if name == "config.json":      # the scripts share inspect.load: one case each is enough
+            cmds += [[sys.executable, os.path.join(ROOT, "scripts", f"{s}_task_graph.py"), str(path)]
+                     for s in ("parse", "display")]
+        for cmd in cmds:
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            print(f"{name}: exit {proc.returncode}: {proc.stderr.strip()}")
+            assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+            assert f"{path} is not a task graph" in proc.stderr, proc.stderr
+    missing = subprocess.run([sys.executable, "-m", "mirage.mpk", "inspect", str(tmp_path / "nope.json")],
+                             capture_output=True, text=True)
+    assert missing.returncode == 2 and "No such file" in missing.stderr and "Traceback" not in missing.stderr
