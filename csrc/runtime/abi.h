@@ -8,7 +8,7 @@
 #define MPK_ABI_VERSION 3
 #define MPK_MAX_DIMS 4
 #define MPK_MAX_TILES 8      // inputs + outputs of one task
-#define MPK_MAX_TRIGGERS 8   // DESIGN 4.3: more than this and the graph builder coarsens
+#define MPK_MAX_TRIGGERS 8   // docs/dependencies.md: more than this and the graph builder coarsens
 #define MPK_NUM_IPARAMS 4
 #define MPK_NUM_FPARAMS 2
 
@@ -81,7 +81,7 @@ typedef struct {
     int32_t last_task_id;             // highest waiter (or -1)
 } MpkEvent;
 
-// Meta tensors (MPK_FACTS.md): host pointers on the CPU backend.
+// Meta tensors (docs/runtime.md): host pointers on the CPU backend.
 typedef struct {
     int64_t* tokens;                  // [total_num_requests, max_seq_length]
     int32_t* step;                    // [total_num_requests]
@@ -102,8 +102,8 @@ typedef struct {
     int32_t num_tasks;                // entries in tasks[], TERMINATE included
     int32_t num_events;               // entries in events[], TERMINATION and END included
     int32_t num_tensors;
-    int32_t test_mode;                // 1: exactly one pass (DESIGN 6)
-    int32_t jitter;                   // 1: seeded schedule jitter (DESIGN 5)
+    int32_t test_mode;                // 1: exactly one pass (docs/runtime.md)
+    int32_t jitter;                   // 1: seeded schedule jitter (docs/runtime.md)
     uint64_t jitter_seed;
     double watchdog_s;                // <= 0 disables the watchdog
     int32_t max_seq_length;
@@ -119,7 +119,7 @@ typedef struct {
     int32_t fault_task;               // task position the fault hits
     double fault_amount;              // MPK_FAULT_PERTURB: added to the element (in fp32)
     int64_t fault_element;            // MPK_FAULT_PERTURB: row-major index inside output 0's tile
-    // Multi-rank (DESIGN 8): node-shared memory every rank maps; copied at mpk_init.
+    // Multi-rank (docs/runtime.md): node-shared memory every rank maps; copied at mpk_init.
     void* const* peer_tensor_ptrs;    // [world_size * num_tensors]: rank r's base of tensor t at
                                       // r * num_tensors + t; NULL entries: not symmetric. NULL: none
     int64_t* const* peer_signal_ptrs; // [world_size]: each rank's signal counters (NULL if no slots)

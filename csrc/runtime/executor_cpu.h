@@ -1,4 +1,4 @@
-// executor_cpu.h: the CPU executor of the persistent-kernel protocol (DESIGN 5).
+// executor_cpu.h: the CPU executor of the persistent-kernel protocol (docs/runtime.md).
 //
 // Threads: num_workers workers + num_local_schedulers schedulers, created per launch; the
 // thread that called mpk_launch supervises (watchdog) and joins them.

@@ -1,4 +1,4 @@
-// meta.h: the request manager, MODE_OFFLINE (DESIGN 6, MPK_FACTS "Meta tensors").
+// meta.h: the request manager, MODE_OFFLINE (docs/runtime.md, "Meta tensors").
 //
 // init_kernel() resets the request state once per launch; prepare_next_batch() runs on
 // every END_OF_TASK_GRAPH: it finalizes the batch that just ran (steps advance, output
@@ -127,7 +127,7 @@ inline bool schedule_slot(RequestState& st, const MpkMeta& m, const MpkConfig& c
 // ---- init_kernel
 
 // MODE_OFFLINE: no active request, qo/kv indptr zeroed, every page free in order.
-// step is kept: step[r] tokens of request r are already in the KV cache (DESIGN 6.4).
+// step is kept: step[r] tokens of request r are already in the KV cache (docs/runtime.md).
 inline int32_t init_kernel(RequestState& st, const MpkMeta& m, const MpkConfig& cfg) {
     st.status = MPK_OK;
     st.message[0] = 0;

@@ -11,7 +11,7 @@ struct TaskView {
     void* ptrs[MPK_MAX_TILES];  // base(tile.tensor) + tile.offset, inputs then outputs
     const MpkMeta* meta;        // meta tensors, for layers that read them
 
-    // ---- multi-rank (DESIGN 8); single-rank layers ignore these
+    // ---- multi-rank (docs/runtime.md); single-rank layers ignore these
     int64_t iteration = 0;      // graph passes of this handle, this one included: from 1, across launches
     int32_t rank = 0, world_size = 1, num_tensors = 0;
     void* const* peer_tensors = nullptr;     // [world_size * num_tensors] bases (NULL: not symmetric)

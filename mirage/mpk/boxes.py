@@ -2,7 +2,7 @@
 
 A layer's tiles on one tensor come from an even split, so they are equal-sized along the
 key dim; sorting by that dim's start and bisecting finds the overlapping tiles of a query
-in O(log n + hits) instead of scanning every earlier task (DESIGN 4.6).
+in O(log n + hits) instead of scanning every earlier task (docs/dependencies.md).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Multi-rank (DESIGN 8): MPI bootstrap, failure propagation, symmetric memory, agreement.
+"""Multi-rank (docs/runtime.md): MPI bootstrap, failure propagation, symmetric memory, agreement.
 
 Only a kernel with world_size > 1 imports mpi4py (the `[mpi]` extra: mpi4py and MPICH from
 PyPI); one rank needs no MPI. Run a multi-rank file as `mpirun -n 4 python file.py`:

@@ -1,4 +1,4 @@
-"""Layers -> tasks -> events (DESIGN 4), and the verifier that checks what will run.
+"""Layers -> tasks -> events (docs/dependencies.md), and the verifier that checks what will run.
 
 Dependencies are exact at tile level: a task depends on the earlier tasks whose writes
 overlap what it reads (read-after-write), and a writing task also on the earlier readers
@@ -129,7 +129,7 @@ class _Entry:
 @contextlib.contextmanager
 def _gc_paused():
     """A 100k-task graph allocates ~10^6 acyclic objects; cyclic GC passes over them would
-    double the build time (DESIGN 4.6: about 2 s for 100k tasks)."""
+    double the build time (target: about 2 s for 100k tasks, docs/dependencies.md)."""
     was = gc.isenabled()
     gc.disable()
     try:

@@ -1,4 +1,4 @@
-"""Meta tensors: test-mode defaults (MPK_FACTS.md) and validation of caller overrides."""
+"""Meta tensors: test-mode defaults (docs/runtime.md, Meta tensors) and validation of caller overrides."""
 from __future__ import annotations
 
 import torch

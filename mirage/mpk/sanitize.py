@@ -1,4 +1,4 @@
-"""Run a Python script under ThreadSanitizer or AddressSanitizer and count the reports (DESIGN 7).
+"""Run a Python script under ThreadSanitizer or AddressSanitizer and count the reports (docs/sanitizers.md).
 
     result = run_under_sanitizer("thread", "tests/runtime_python/test_mode/sanitizer_subset.py", 300)
     print(result.summary)   # SANITIZER thread: 0 reports in project frames (0 elsewhere, suppressed), ...

@@ -95,7 +95,7 @@ static double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// ---- graphs: nodes with dependency sets -> tasks and events as DESIGN 4.2 builds them
+// ---- graphs: nodes with dependency sets -> tasks and events as mirage/mpk/graph.py builds them (docs/dependencies.md)
 
 struct Node {
     int variant = fake::SUM;

@@ -1,4 +1,4 @@
-// allreduce.h: sum one task's tile over the ranks, CPU (DESIGN 8).
+// allreduce.h: sum one task's tile over the ranks, CPU (docs/runtime.md).
 //   y = x_0 + x_1 + ... + x_{W-1}: fp32, in rank order, one rounding to T. Every rank adds
 //   the same W values in the same order, so every rank's output is bit-identical.
 // Shapes: in(0)  x [B, h]         this rank's tile of the input (row stride strides[0])

@@ -1,4 +1,4 @@
-"""Meta tensors after a run: init_kernel + prepare_next_batch (csrc/runtime/meta.h, DESIGN 6).
+"""Meta tensors after a run: init_kernel + prepare_next_batch (csrc/runtime/meta.h, docs/runtime.md).
 
 Every expected value below is worked out by hand from the rules, with the arithmetic in a
 comment; nothing re-implements prepare_next_batch. The rules used:

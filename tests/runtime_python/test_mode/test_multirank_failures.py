@@ -1,4 +1,4 @@
-"""A failure on one rank never hangs a multi-rank job (DESIGN 8).
+"""A failure on one rank never hangs a multi-rank job (docs/runtime.md).
 
     mpirun -n 3 python test_multirank_failures.py exception   rank 1 raises after compile(): the
         excepthook prints its traceback with the rank and calls MPI_Abort; every rank ends

@@ -1,7 +1,7 @@
 """The representative subset (sanitizer_subset.py) under ThreadSanitizer and AddressSanitizer.
 
 Each run is a child of the real interpreter with the sanitizer runtime preloaded
-(mirage.mpk.sanitize, DESIGN 7); it must exit 0 with zero reports in the project's frames.
+(mirage.mpk.sanitize, docs/sanitizers.md); it must exit 0 with zero reports in the project's frames.
 Negative controls prove the counting: a real race (fault drop_dependency: a consumer reads a
 tile while its producer writes it) and a heap overflow in a generated module count as project
 reports; a race in a library outside the project counts only as "elsewhere".

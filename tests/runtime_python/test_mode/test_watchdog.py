@@ -100,7 +100,7 @@ def test_watchdog_s_argument_beats_the_env(monkeypatch):
     assert new_pk(watchdog_s=0.25).watchdog_s == 0.25
     assert new_pk().watchdog_s == 100.0
     monkeypatch.delenv("MPK_WATCHDOG_S")
-    assert new_pk().watchdog_s == 30.0                     # DESIGN 5 default
+    assert new_pk().watchdog_s == 30.0                     # the default (docs/runtime.md)
 
 
 def test_bad_mpk_watchdog_s_is_named(monkeypatch):
