@@ -1,6 +1,6 @@
 """Verification helpers: error-budget tolerances, evidence lines, non-vacuity checks.
 
-Error budget (DESIGN 9). Every kernel computes in fp32 from its inputs and rounds once to
+Error budget. Every kernel computes in fp32 from its inputs and rounds once to
 the output dtype. With u = unit roundoff (2^-8 bf16, 2^-11 fp16, 2^-24 fp32) and the
 reference evaluated in float64 on the same inputs, each output element obeys
 
@@ -23,6 +23,49 @@ These are worst-case bounds, not fitted thresholds: a missed tile, a wrong colum
 dropped dependency produces errors of the size of |ref| itself, far outside them in fp32.
 For bf16/fp16 chains the tight check is per layer (each layer's reference applied to the
 kernel's own inputs); the end-to-end bound composes the layers' u_in terms.
+
+Statistical check (the rms ratio). The worst-case bound grows like k: it assumes every
+rounding at its maximum, all of one sign. A correct kernel's errors are independent roundings
+that grow like sqrt(k), so at large k the worst-case bound has room for a systematic loss of
+precision (a K=4096 fp32 linear that rounds its inputs to bf16; an RMSNorm that divides by
+h-1 at h=4096). So each comparison also checks the errors against a statistical budget.
+
+    Model: each element's error is a sum of independent, zero-mean roundings. A round to
+    nearest of v is uniform within half an ulp, so its variance is (ulp/2)^2 / 3 <= (u v)^2 / 3
+    (the same u that bounds it). Summing the terms of the worst-case budget as variances:
+
+    sigma_i^2 = [ (u_out^2 + ops u32^2) ref_i^2     output rounding and `ops` fp32 operations
+                  + (k + 1) u32^2 scale_i^2         k additions whose partial sums are <= scale_i
+                                                    (+1: the products; exact for bf16/fp16 inputs)
+                  + u_in^2 scale2_i                 rounded chain inputs: sum_j (x_j w_j)^2 if the
+                                                    caller gives scale2, else scale_i^2 (>= it)
+                  + (tiny_out / 2)^2 ] / 3          the output's subnormal floor
+
+    Statistic: r = sqrt(sum_i err_i^2 / sum_i sigma_i^2), the "rms ratio"; it fails above
+    RMS_LIMIT = 3 when n_eff = (sum_i sigma_i^2)^2 / sum_i sigma_i^4 (the number of elements,
+    discounted for unequal sigma_i) is at least RMS_MIN_N = 64; below that only the worst-case
+    bound applies. Every evidence line shows `rms_ratio=r/limit` ("-" for the limit when the
+    check does not apply, `rms_ratio=-` for a hand-made Tolerance without a model).
+
+    False alarms. S = sum_i err_i^2 has E[S] = sum_i s_i^2 <= V = sum_i sigma_i^2 (s_i: the
+    true standard deviation, sigma_i bounds it) and, with independent errors of Gaussian-like
+    4th moment (kurtosis <= 3; one uniform rounding has 1.8, a sum of them lies in between),
+    Var[S] = sum_i (kurt_i - 1) s_i^4 <= 2 sum_i sigma_i^4. The check fails iff S > T^2 V with
+    T = RMS_LIMIT, i.e. S - E[S] >= (T^2 - 1) V, so by Cantelli's inequality
+        P(false alarm) <= Var[S] / ((T^2 - 1) V)^2 <= 2 / ((T^2 - 1)^2 n_eff) = 1 / (32 n_eff),
+    at most 4.9e-4 at n_eff >= 64 (the minimum: a few hundred comparisons per suite run then
+    give well under one expected false alarm even by this loose bound; from a few elements a
+    bias cannot be told from noise anyway). Errors shared by many elements (the rsqrt of an
+    RMSNorm row) make elements dependent: read n_eff as the number of independent groups (16
+    rows: 2e-3); even one error shared by all gives <= 2 / (T^2 - 1)^2 = 3%. The true rates are
+    far lower: sigma_i is an upper bound (every partial sum is taken at its maximum, `scale`; a
+    rounding at u |v| >= half an ulp of v), so a correct kernel shows r well below 1 (bf16/fp16
+    output rounding alone gives r ~ 0.74, fp32 linear ~ 0.01), and the inputs come from fixed seeds.
+
+    What it assumes: roundings are independent and unbiased (round to nearest). What it cannot
+    see: a bias smaller than the noise it hides in (a relative bias below about T sqrt(u_out^2
+    / 3), ~0.7% in bf16, under bf16's own output rounding), or one confined to a few elements
+    (the worst-case bound is the check for those).
 """
 from __future__ import annotations
 
@@ -38,15 +81,18 @@ import subprocess
 import sys
 import sysconfig
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from . import dist
 from .dtypes import DType, float32, to_dtype
-from .layers import DIFFERS_FROM_INPUT, FINITE, NONZERO
+from .layers import DIFFERS_FROM_INPUT, FINITE, NONZERO, Layer
 
 U32 = 2.0**-24
 _TINY = {torch.bfloat16: 2.0**-133, torch.float16: 2.0**-24, torch.float32: 2.0**-149}
+RMS_LIMIT = 3.0         # the rms ratio's limit T (module doc: false alarms <= 2 / ((T^2 - 1)^2 n_eff))
+RMS_MIN_N = 64          # the fewest effective elements for which the rms ratio is checked
 
 
 @dataclass
@@ -54,22 +100,35 @@ class Tolerance:
     atol: torch.Tensor | float     # per element (broadcastable) or scalar
     rtol: float
     why: str                       # how the budget was derived, for the failure message
+    # The statistical model (module doc): sigma_i^2 = var_abs + var_rel * ref_i^2. None: no model
+    # (a hand-made budget, e.g. one carrying a worst-case upstream error): the rms ratio is not checked.
+    var_abs: torch.Tensor | float | None = None
+    var_rel: float = 0.0
 
 
 def tolerance(dtype: DType | torch.dtype, *, k: int = 0, scale: torch.Tensor | float | None = None,
-              ops: float = 4, input_rounding: DType | torch.dtype | None = None) -> Tolerance:
-    """The one tolerance function: output rounding + fp32 accumulation over k terms (see module doc)."""
+              ops: float = 4, input_rounding: DType | torch.dtype | None = None,
+              scale2: torch.Tensor | float | None = None) -> Tolerance:
+    """The one tolerance function: output rounding + fp32 accumulation over k terms, as a
+    worst-case bound (atol, rtol) and as per-element variances for the rms ratio (module doc).
+
+    scale2: sum of the squared terms per element (sum_j (x_j w_j)^2), for the input-rounding
+    variance; default scale^2, which is never smaller."""
     d = to_dtype(dtype)
     u_in = to_dtype(input_rounding).unit_roundoff if input_rounding is not None else 0.0
     rtol = d.unit_roundoff + ops * U32
     floor = _TINY[d.torch] / 2
+    var_rel = (d.unit_roundoff**2 + ops * U32**2) / 3
     if scale is None:
         atol: torch.Tensor | float = floor
+        var_abs: torch.Tensor | float = floor**2 / 3
     else:
         s = scale.double() if isinstance(scale, torch.Tensor) else float(scale)
+        s2 = s * s if scale2 is None else (scale2.double() if isinstance(scale2, torch.Tensor) else scale2)
         atol = ((k + 1) * U32 + u_in) * s + floor
+        var_abs = ((k + 1) * U32**2 * s * s + u_in**2 * s2 + floor**2) / 3
     why = f"u_out={d.unit_roundoff:.3g}, k={k}, ops={ops:g}, u_in={u_in:.3g}"
-    return Tolerance(atol, rtol, why)
+    return Tolerance(atol, rtol, why, var_abs, var_rel)
 
 
 def tol_elementwise(dtype, scale: torch.Tensor | None = None, input_rounding=None) -> Tolerance:
@@ -110,10 +169,47 @@ class Comparison:
     diff: torch.Tensor        # |actual - expected|; inf where exactly one side is NaN
     allowed: torch.Tensor     # atol + rtol * |expected|
     bad: torch.Tensor         # diff > allowed
+    var: torch.Tensor | None = None     # sigma_i^2 of the statistical model; None: no model
+    rms_ratio: float | None = None      # sqrt(sum diff^2 / sum sigma^2) over finite sigma_i
+    n_eff: float = 0.0                  # (sum sigma^2)^2 / sum sigma^4: elements the ratio rests on
 
     @property
     def n_bad(self) -> int:
+        """Elements outside the worst-case bound."""
         return int(self.bad.sum())
+
+    @property
+    def rms_checked(self) -> bool:
+        return self.rms_ratio is not None and self.n_eff >= RMS_MIN_N
+
+    @property
+    def rms_failed(self) -> bool:
+        return self.rms_checked and self.rms_ratio > RMS_LIMIT
+
+    @property
+    def passed(self) -> bool:
+        return self.n_bad == 0 and not self.rms_failed
+
+    def rms_field(self, limit: float = RMS_LIMIT) -> str:
+        """`rms_ratio=r/limit` as the evidence line shows it ("-" where the ratio is not checked)."""
+        if self.rms_ratio is None:
+            return "rms_ratio=-"
+        shown = f"{limit:g}" if self.rms_checked else f"-(n_eff={self.n_eff:.0f}<{RMS_MIN_N})"
+        return f"rms_ratio={self.rms_ratio:.3g}/{shown}"
+
+
+def _rms(diff: torch.Tensor, var: torch.Tensor) -> tuple[float, float]:
+    """(rms ratio, n_eff) over the elements with a finite sigma (an infinite reference is judged
+    by the worst-case bound alone). Zero budget: 0 if every error is 0, else inf."""
+    keep = torch.isfinite(var)
+    d, v = diff[keep], var[keep]
+    if not d.numel():
+        return 0.0, 0.0
+    total_var, total_sq = float(v.sum()), float((d * d).sum())
+    if total_var == 0.0:
+        return (0.0 if total_sq == 0.0 else math.inf), float(d.numel())
+    w = v / v.max()                            # normalized: sigma^4 of tiny budgets would underflow
+    return math.sqrt(total_sq / total_var), float(w.sum() ** 2 / (w * w).sum())
 
 
 def compare(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> Comparison:
@@ -122,12 +218,16 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> Com
     diff = (a64 - e64).abs()
     diff = torch.where((a64 == e64) | (a64.isnan() & e64.isnan()), 0.0, diff)   # equal infs, both NaN
     diff = torch.where(a64.isnan() ^ e64.isnan(), math.inf, diff)
-    return Comparison(diff, allowed.expand_as(diff), diff > allowed)
+    c = Comparison(diff, allowed.expand_as(diff), diff > allowed)
+    if tol.var_abs is not None:
+        c.var = (torch.as_tensor(tol.var_abs, dtype=torch.float64) + tol.var_rel * e64 * e64).expand_as(diff)
+        c.rms_ratio, c.n_eff = _rms(diff, c.var)
+    return c
 
 
 def evidence(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance,
              c: Comparison) -> tuple[float, int]:
-    """Print `EVIDENCE name dtype shape max_abs max_rel atol rtol worst_index PASS|FAIL`."""
+    """Print `EVIDENCE name dtype shape max_abs max_rel atol rtol worst_index rms_ratio PASS|FAIL`."""
     diff = c.diff
     rel = diff / expected.double().abs().clamp_min(torch.finfo(torch.float64).tiny)
     worst = int(diff.argmax()) if diff.numel() else 0
@@ -137,33 +237,106 @@ def evidence(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Toler
     shape = tuple(actual.shape)
     say(f"EVIDENCE {name} {str(actual.dtype).replace('torch.', '')} {shape} max_abs={max_abs:.3e} "
         f"max_rel={max_rel:.3e} atol={atol_shown:.3e} rtol={tol.rtol:.3e} "
-        f"worst_index={_fmt_index(worst, shape)} {'PASS' if c.n_bad == 0 else 'FAIL'}")
+        f"worst_index={_fmt_index(worst, shape)} {c.rms_field()} {'PASS' if c.passed else 'FAIL'}")
     return max_abs, worst
 
 
+def _rms_line(c: Comparison) -> str:
+    """The rms ratio beside a worst-case mismatch: high means systematic, not a few elements."""
+    if c.rms_ratio is None:
+        return ""
+    limit = f"limit {RMS_LIMIT:g}" if c.rms_checked else f"not checked: n_eff {c.n_eff:.0f} < {RMS_MIN_N}"
+    return f"\nRoot-mean-square error: {c.rms_ratio:.3g} times its statistical budget ({limit})"
+
+
+def _output_of(pk, actual: torch.Tensor):
+    """(layer, output index) of the last layer (program order: the final value) whose written
+    output is stored in `actual` (same data_ptr and shape), or None."""
+    found = None
+    for layer in pk.layers:
+        tasks = pk.graph.layer_tasks(layer)
+        for k, acc in enumerate(layer.outputs):
+            base = tasks[0].outputs[k].tensor.data if acc.written and tasks else None
+            if base is not None and base.data_ptr() == actual.data_ptr() and base.shape == actual.shape:
+                found = (layer, k)
+    return found
+
+
+def _tiles(pk, layer, k: int, c: Comparison, limit: int = 16) -> str:
+    """The tiles of `layer`'s output k that fail: "(x, y, z): bad/total" for each tile with
+    elements outside the worst-case bound or, when there are none but the rms ratio fails, the
+    tiles with the largest rms ratio, "(x, y, z): rms_ratio=r"."""
+    rows = []
+    for task in pk.graph.layer_tasks(layer):
+        box = tuple(slice(lo, hi) for lo, hi in zip(*task.outputs[k].box))
+        if c.n_bad:
+            region = c.bad[box]
+            if region.any():
+                rows.append((0.0, f"{task.coord}: {int(region.sum())}/{region.numel()}"))
+        elif c.var is not None:
+            r, _ = _rms(c.diff[box], c.var[box])
+            rows.append((-r, f"{task.coord}: rms_ratio={r:.3g}"))
+    if not c.n_bad:
+        rows.sort(key=lambda row: row[0])          # the worst tiles first
+    shown = "; ".join(text for _, text in rows[:limit])
+    return shown + (" ..." if len(rows) > limit else "")
+
+
+def _locate(pk, actual: torch.Tensor, c: Comparison) -> str:
+    """The failure message's line naming the layer, its output and the grid coordinates."""
+    found = _output_of(pk, actual)
+    if found is None:
+        return ""
+    layer, k = found
+    what = "bad/total" if c.n_bad else "rms ratio, worst first"
+    return (f"\nBad tiles of layer '{layer.name}' output '{layer.outputs[k].tensor.name}' (grid coordinate: "
+            f"{what}): {_tiles(pk, layer, k, c)}")
+
+
 def assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance,
-                 context: str = "") -> None:
-    """Compare in float64 and print one evidence line, pass or fail; raise on failure."""
+                 context: str = "", pk=None) -> None:
+    """Compare in float64 and print one evidence line, pass or fail; raise on failure: an element
+    outside the worst-case bound, or an rms ratio over RMS_LIMIT (module doc). With `pk` (the
+    PersistentKernel that wrote `actual`: a layer output stored in it, else ValueError), the
+    message names that layer and the grid coordinates of its bad tiles."""
     # dtype is not compared: references are float64 and unrounded; the budget has u_out.
+    if pk is not None and _output_of(pk, actual) is None:      # checked on success too: a wiring error
+        raise ValueError(f"'{name}': no layer of the kernel writes a tensor stored in `actual` (shape "
+                         f"{tuple(actual.shape)}); pass the attached tensor or pk.get_tensor(name)")
     for attr in ("shape", "device"):
         a, e = getattr(actual, attr), getattr(expected, attr)
         if a != e:
-            line = f"EVIDENCE {name} {actual.dtype} {tuple(actual.shape)} - - - - - FAIL"
+            line = f"EVIDENCE {name} {actual.dtype} {tuple(actual.shape)} - - - - - - FAIL"
             say(line)
             raise AssertionError(f"'{name}': the values for attribute '{attr}' do not match: {a} != {e}")
     c = compare(actual, expected, tol)
     max_abs, worst = evidence(name, actual, expected, tol, c)
+    if c.passed:
+        return
     n_bad, shape, e64 = c.n_bad, tuple(actual.shape), expected.double()
+    head = f"'{name}' is not close ({str(actual.dtype).replace('torch.', '')}, {shape}){context}!\n"
+    where = _locate(pk, actual, c) if pk is not None else ""
+    tail = f"\nTolerance budget: {tol.why}; seed: MPK_SEED={seed()}"
     if n_bad:
         first = int(c.bad.flatten().nonzero()[0])
         idx = _fmt_index(first, shape)
         raise AssertionError(
-            f"'{name}' is not close ({str(actual.dtype).replace('torch.', '')}, {shape}){context}!\n"
+            f"{head}"
             f"Mismatched elements: {n_bad} / {actual.numel()} ({100.0 * n_bad / actual.numel():.1f}%)\n"
             f"Greatest absolute difference: {max_abs:.6g} at index {_fmt_index(worst, shape)}\n"
             f"First mismatch at {idx}: actual {float(actual.flatten()[first].double()):.6g}, expected "
-            f"{float(e64.flatten()[first]):.6g}, allowed {float(c.allowed.flatten()[first]):.3g}\n"
-            f"Tolerance budget: {tol.why}; seed: MPK_SEED={seed()}")
+            f"{float(e64.flatten()[first]):.6g}, allowed {float(c.allowed.flatten()[first]):.3g}"
+            f"{_rms_line(c)}{where}{tail}")
+    worst_share = float((c.diff / c.allowed).max())
+    raise AssertionError(
+        f"{head}"
+        f"Root-mean-square error is {c.rms_ratio:.3g} times its statistical budget (rms ratio "
+        f"{c.rms_ratio:.3g} > limit {RMS_LIMIT:g}, over {actual.numel()} elements, n_eff {c.n_eff:.0f}), "
+        f"though every element is inside the worst-case bound (largest |diff| / allowed = "
+        f"{worst_share:.3g}): a systematic loss of precision\n"
+        f"Greatest absolute difference: {max_abs:.6g} at index {_fmt_index(worst, shape)}, allowed "
+        f"{float(c.allowed.flatten()[worst]):.3g}"
+        f"{where}{tail}")
 
 
 def assert_equal(name: str, actual, expected) -> None:
@@ -186,9 +359,13 @@ def digest(t: torch.Tensor) -> str:
 
 
 def check_output(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance,
-                 checks=(FINITE, NONZERO, DIFFERS_FROM_INPUT), inputs: tuple[torch.Tensor, ...] = ()) -> None:
-    """The one call per compared tensor: the evidence line, then one line per non-vacuity check."""
-    assert_close(name, actual, expected, tol)
+                 checks=(FINITE, NONZERO, DIFFERS_FROM_INPUT), inputs: tuple[torch.Tensor, ...] = (),
+                 pk=None) -> None:
+    """The one call per compared tensor: the evidence line, then one line per non-vacuity check.
+
+    pk: the PersistentKernel whose layer wrote `actual`; a mismatch then names that layer's bad
+    tiles by grid coordinate (assert_close)."""
+    assert_close(name, actual, expected, tol, pk=pk)
     check_nonvacuous(name, actual, checks, inputs, reference=expected)
 
 
@@ -211,26 +388,22 @@ def first_divergence(pk, references: dict[str, torch.Tensor], tolerances: dict[s
     report names the layer, the grid coordinates of its bad tiles and the worst element."""
     checked, report, later = 0, None, []
     for layer, k, name, c in _diverging(pk, references, tolerances):
-        if not c.n_bad:
+        if c.passed:
             checked += 1 if report is None else 0
             continue
         if report is not None:
             later.append(layer.name)
             continue
-        tiles = []
-        for task in pk.graph.layer_tasks(layer):
-            region = c.bad[tuple(slice(lo, hi) for lo, hi in zip(*task.outputs[k].box))]
-            if region.any():
-                tiles.append(f"{task.coord}: {int(region.sum())}/{region.numel()}")
         out = pk.get_tensor(name)
         worst = int(c.diff.argmax())
         idx = _fmt_index(worst, tuple(out.shape))
+        what = (f"{c.n_bad} / {out.numel()} elements outside tolerance" if c.n_bad else
+                f"rms ratio {c.rms_ratio:.3g} > {RMS_LIMIT:g}, every element inside the worst-case bound")
+        tiles = "grid coordinate: bad/total" if c.n_bad else "grid coordinate: rms ratio, worst first"
         report = (f"first divergent layer: '{layer.name}' (the {checked} compared output(s) before it "
                   f"agree)\n"
-                  f"  output '{name}' ({str(out.dtype)[6:]}, {tuple(out.shape)}): {c.n_bad} / {out.numel()} "
-                  f"elements outside tolerance\n"
-                  f"  bad tiles (grid coordinate: bad/total): {'; '.join(tiles[:16])}"
-                  f"{' ...' if len(tiles) > 16 else ''}\n"
+                  f"  output '{name}' ({str(out.dtype)[6:]}, {tuple(out.shape)}): {what}\n"
+                  f"  bad tiles ({tiles}): {_tiles(pk, layer, k, c)}\n"
                   f"  worst element {idx}: actual {float(out.flatten()[worst]):.6g}, expected "
                   f"{float(references[name].flatten()[worst]):.6g}, "
                   f"allowed {float(c.allowed.flatten()[worst]):.3g}")
@@ -246,6 +419,42 @@ def assert_no_divergence(pk, references: dict[str, torch.Tensor], tolerances: di
     say(f"DIVERGENCE {report}" if report else agree)
     if report:
         raise AssertionError(report)
+
+
+def check_scalars(name: str, layer: Layer, reference_fn: Callable[..., torch.Tensor], expected: torch.Tensor,
+                  tol: Tolerance, required: bool) -> dict[str, bool]:
+    """Whether this case exercises each scalar parameter of `layer` (Layer.scalars: parameter ->
+    the value a kernel that ignored it would in effect use, e.g. rmsnorm's eps -> 0).
+
+    reference_fn(**params) recomputes the reference with the layer's scalar parameters as keyword
+    arguments (it must reproduce `expected` at the layer's values). A kernel that ignores parameter
+    p computes, within its own budget, reference_fn(p=ignored); it is sure to fail `assert_close`
+    when that moves an element by more than both budgets together (|alt - ref| > allowed(ref) +
+    allowed(alt)), or moves the rms ratio past 2 * RMS_LIMIT (the kernel's own noise, rms ratio <=
+    RMS_LIMIT, can cancel at most RMS_LIMIT of it: triangle inequality). Prints one line per
+    parameter: `SCALAR name p=value (ignored: v) moves m/n elements ...: EXERCISED|not exercised`.
+    required: raise AssertionError for a parameter that is not exercised (the layer test's
+    SCALAR_CASES); otherwise only report (a regular case at a default value such as eps=1e-6)."""
+    values = {p: layer.params[p] for p in layer.scalars}
+    if not torch.equal(reference_fn(**values), expected.double()):
+        raise ValueError(f"check_scalars('{name}'): reference_fn({values}) does not reproduce `expected`")
+    result = {}
+    for p, ignored in layer.scalars.items():
+        alt = reference_fn(**{**values, p: ignored})
+        c = compare(alt, expected, tol)
+        allowed_alt = torch.as_tensor(tol.atol, dtype=torch.float64) + tol.rtol * alt.abs()
+        moved = int((c.diff > c.allowed + allowed_alt).sum())
+        by_rms = c.rms_checked and c.rms_ratio > 2 * RMS_LIMIT
+        result[p] = moved > 0 or by_rms
+        line = (f"{p}={values[p]:g} (ignored: {ignored:g}) moves {moved}/{expected.numel()} elements beyond "
+                f"both budgets, {c.rms_field(2 * RMS_LIMIT)}")
+        say(f"SCALAR {name} {line}: {'EXERCISED' if result[p] else 'not exercised'}")
+        if required and not result[p]:
+            raise AssertionError(
+                f"'{name}' does not exercise the scalar parameter '{p}' of layer '{layer.name}': with "
+                f"{line}, so a kernel that ignored it (computing with {p}={ignored:g}) would pass. Pick a "
+                f"value or inputs at which {p} matters (the layer test's SCALAR_CASES)")
+    return result
 
 
 def _nonvacuous_line(name: str, check: str, ok: bool, detail: str = "") -> None:
@@ -334,9 +543,12 @@ def load_reference(test_file: str, name: str = "pytorch_reference"):
     return module
 
 
-def run_cases_as_script(name: str, run_case, dtypes, cases, jitter=None, extra=()) -> None:
-    """`python test_<layer>_testmode.py`: every (dtype, case), output in ./test_output (or
-    MPK_OUTPUT_DIR); any failure raises, so the script exits non-zero."""
+def run_cases_as_script(name: str, run_case, dtypes, cases, jitter=None, extra=(), scalar_cases=()) -> None:
+    """`python test_<layer>_testmode.py`: every (dtype, case), then every scalar case, output in
+    ./test_output (or MPK_OUTPUT_DIR); any failure raises, so the script exits non-zero.
+
+    scalar_cases: (dtype, case, params) triples, the layer test's SCALAR_CASES, each run as
+    run_case(dtype, *case, output_dir=..., scalars_required=True, **params) (check_scalars)."""
     out_dir = os.environ.get("MPK_OUTPUT_DIR", "./test_output")
     for fn in extra:
         fn()
@@ -344,6 +556,8 @@ def run_cases_as_script(name: str, run_case, dtypes, cases, jitter=None, extra=(
         for case in cases:
             kw = {"jitter": jitter(dtype, case)} if jitter else {}
             pk = run_case(dtype, *case, output_dir=out_dir, **kw)
+    for dtype, case, params in scalar_cases:
+        run_case(dtype, *case, output_dir=out_dir, scalars_required=True, **params)
     print(f"generated code and task graph: {pk.output_files[0]}, {pk.output_files[1]}")
     print(f"All {name} test-mode cases PASS")
 

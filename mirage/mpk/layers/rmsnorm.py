@@ -10,6 +10,9 @@ from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 TASK_TYPE = 119          # MPK's TASK_RMS_NORM
 
 FLOATS = (bfloat16, float16, float32)
+# Scalar parameters -> the value a kernel that ignored them would in effect use (Layer.scalars);
+# module-level so that tests/unit/test_layer_recipe.py finds the layers whose tests need SCALAR_CASES.
+SCALARS = {"eps": 0.0}
 
 
 def rmsnorm_layer(pk, name: str, input, weight, output, grid_dim, block_dim, eps: float = 1e-6) -> Layer:
@@ -28,4 +31,4 @@ def rmsnorm_layer(pk, name: str, input, weight, output, grid_dim, block_dim, eps
     outputs = [Access("output", y, rows)]
     check_splits(name, grid, inputs, outputs)
     return Layer(name, "rmsnorm", grid, inputs, outputs, (x.dtype,), fparams=(float(eps),),
-                 params={"eps": float(eps)}, scalars={"eps": 0.0})
+                 params={"eps": float(eps)}, scalars=dict(SCALARS))

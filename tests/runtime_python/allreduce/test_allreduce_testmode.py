@@ -88,7 +88,8 @@ def run_case(dtype, batch, hidden, grid, jitter, output_dir=None):
     for launch in range(LAUNCHES):
         pk()
         with testing.on_all_ranks(f"{name} launch {launch}"):
-            testing.check_output(f"{name}.launch{launch}", out, expected, tol, pk.layers[0].checks, (x,))
+            testing.check_output(f"{name}.launch{launch}", out, expected, tol, pk.layers[0].checks, (x,),
+                                 pk=pk)
         check_identical(comm, f"{name}.launch{launch}", out)
     pk.finalize()
     return pk
@@ -114,7 +115,7 @@ def run_chained(jitter=7, offline=True):
     scale = sum(t.double().abs() for t in inputs) * growth
     tol = testing.tolerance(dtype, k=size * sums, scale=scale)
     with testing.on_all_ranks(name):
-        testing.check_output(name, out, expected, tol, pk.layers[0].checks, (inputs[rank],))
+        testing.check_output(name, out, expected, tol, pk.layers[0].checks, (inputs[rank],), pk=pk)
     check_identical(comm, name, out)
     pk.finalize()
 

@@ -38,7 +38,7 @@ def run_case(dtype, batch, hidden, grid, jitter, output_dir=None):
     scale = a.double().abs() + b.double().abs()
     name = f"elementwise_add[{str(dtype)[6:]},{batch}x{hidden},grid={grid},jitter={jitter}]"
     testing.check_output(name, out, expected, testing.tol_elementwise(dtype, scale), pk.layers[0].checks,
-                         (a, b))
+                         (a, b), pk=pk)
     pk.finalize()
     return pk
 

@@ -34,7 +34,7 @@ def run_case(dtype, shape, grid, jitter, output_dir=None):
     pk()
     expected = ref.identity(x)
     name = f"identity[{str(dtype)[6:]},{'x'.join(map(str, shape))},grid={grid},jitter={jitter}]"
-    testing.assert_close(name, out, expected, testing.tol_elementwise(dtype))
+    testing.assert_close(name, out, expected, testing.tol_elementwise(dtype), pk=pk)
     # identity.h is a bit copy: the budget above is already below half an ulp; this says it exactly.
     assert torch.equal(out.view(torch.uint8), x.view(torch.uint8)), f"{name}: output is not a bit copy"
     testing.check_nonvacuous(name, out, pk.layers[0].checks, inputs=(x,), reference=expected)

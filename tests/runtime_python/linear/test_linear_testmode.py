@@ -22,7 +22,8 @@ CASES = [
 ]
 
 
-def run_case(dtype, batch, k, n, grid, jitter, output_dir=None):
+def run(dtype, batch, k, n, grid, jitter, output_dir=None):
+    """Build, compile and run one case: (pk, name, out, expected, tol, inputs)."""
     gen = testing.generator(offset=batch * 100003 + k * 1009 + n)
     pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter))
     x = testing.randn((batch, k), dtype, gen)
@@ -34,12 +35,16 @@ def run_case(dtype, batch, k, n, grid, jitter, output_dir=None):
                     block_dim=(128, 1, 1))
     pk.compile(output_dir=output_dir)
     pk()
+    pk.finalize()
     expected = ref.linear(x, w)
     scale = x.double().abs() @ w.double().abs().T            # sum_k |x_bk * w_nk| per output
     name = f"linear[{str(dtype)[6:]},{batch}x{k}->{n},grid={grid},jitter={jitter}]"
-    testing.check_output(name, out, expected, testing.tol_linear(dtype, k, scale), pk.layers[0].checks,
-                         (x, w))
-    pk.finalize()
+    return pk, name, out, expected, testing.tol_linear(dtype, k, scale), (x, w)
+
+
+def run_case(dtype, batch, k, n, grid, jitter, output_dir=None):
+    pk, name, out, expected, tol, inputs = run(dtype, batch, k, n, grid, jitter, output_dir)
+    testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk)
     return pk
 
 

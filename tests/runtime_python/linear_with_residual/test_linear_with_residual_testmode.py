@@ -40,7 +40,7 @@ def run_case(dtype, batch, k, n, grid, jitter, output_dir=None):
     scale = x.double().abs() @ w.double().abs().T + residual.double().abs()
     name = f"linear_with_residual[{str(dtype)[6:]},{batch}x{k}->{n},grid={grid},jitter={jitter}]"
     testing.check_output(name, out, expected, testing.tol_linear(dtype, k + 1, scale), pk.layers[0].checks,
-                         (x, w, residual))
+                         (x, w, residual), pk=pk)
     pk.finalize()
     return pk
 

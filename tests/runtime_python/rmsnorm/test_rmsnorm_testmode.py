@@ -14,9 +14,18 @@ ref = testing.load_reference(__file__)
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 # (batch, hidden, grid.x): even split, non-power-of-two split (3 tiles of 2 rows), one-row tiles
 SHAPES = [(16, 4096, 16), (6, 384, 3), (5, 96, 5), (1, 7, 1)]
+# (dtype, shape, scalar parameters): cases where eps moves the result beyond the budget, so a
+# kernel that ignored it fails (testing.check_scalars, required); at eps=1e-6 and inputs of rms ~1
+# it moves the result by ~5e-7 relative, inside every budget above.
+SCALAR_CASES = [
+    (torch.bfloat16, (16, 4096, 16), {"eps": 0.1}),
+    (torch.float16, (5, 96, 5), {"eps": 0.01}),
+    (torch.float32, (6, 384, 3), {"eps": 1e-3}),
+]
 
 
-def run_case(dtype, batch, hidden, grid, eps=1e-6, jitter=0, output_dir=None):
+def run(dtype, batch, hidden, grid, eps=1e-6, jitter=0, output_dir=None):
+    """Build, compile and run one case: (pk, name, out, expected, tol, inputs, reference of eps)."""
     gen = testing.generator(offset=batch * 1000 + hidden)
     pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter))
     x = testing.randn((batch, hidden), dtype, gen)
@@ -28,10 +37,17 @@ def run_case(dtype, batch, hidden, grid, eps=1e-6, jitter=0, output_dir=None):
                      eps=eps)
     pk.compile(output_dir=output_dir)
     pk()
-    expected = ref.rmsnorm(x, w, eps)
-    name = f"rmsnorm[{str(dtype)[6:]},{batch}x{hidden},grid={grid}]"
-    testing.check_output(name, out, expected, testing.tol_rmsnorm(dtype, hidden), pk.layers[0].checks, (x,))
     pk.finalize()
+    expected = ref.rmsnorm(x, w, eps)
+    name = f"rmsnorm[{str(dtype)[6:]},{batch}x{hidden},grid={grid},eps={eps:g}]"
+    tol = testing.tol_rmsnorm(dtype, hidden)
+    return pk, name, out, expected, tol, (x,), lambda **p: ref.rmsnorm(x, w, **p)
+
+
+def run_case(dtype, batch, hidden, grid, eps=1e-6, jitter=0, output_dir=None, scalars_required=False):
+    pk, name, out, expected, tol, inputs, reference = run(dtype, batch, hidden, grid, eps, jitter, output_dir)
+    testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk)
+    testing.check_scalars(name, pk.layers[0], reference, expected, tol, required=scalars_required)
     return pk
 
 
@@ -41,9 +57,11 @@ def test_rmsnorm(dtype, batch, hidden, grid):
     run_case(dtype, batch, hidden, grid, jitter=batch)
 
 
-def test_rmsnorm_eps_is_a_parameter():
-    run_case(torch.float32, 4, 64, 2, eps=0.5)
+@pytest.mark.parametrize("dtype,case,params", SCALAR_CASES,
+                         ids=[f"{str(d)[6:]}-{c[0]}x{c[1]}-eps{p['eps']:g}" for d, c, p in SCALAR_CASES])
+def test_rmsnorm_scalar_parameters(dtype, case, params):
+    run_case(dtype, *case, jitter=case[0], scalars_required=True, **params)
 
 
 if __name__ == "__main__":
-    testing.run_cases_as_script("rmsnorm", run_case, DTYPES, SHAPES)
+    testing.run_cases_as_script("rmsnorm", run_case, DTYPES, SHAPES, scalar_cases=SCALAR_CASES)

@@ -34,7 +34,8 @@ def run_case(dtype, batch, inter, grid, jitter, output_dir=None):
     pk()
     expected = ref.silu_mul(x, groups=pk.layers[0].grid[0])
     name = f"silu_mul[{str(dtype)[6:]},{batch}x{2 * inter}->{inter},grid={grid},jitter={jitter}]"
-    testing.check_output(name, out, expected, testing.tol_elementwise(dtype), pk.layers[0].checks, (x,))
+    testing.check_output(name, out, expected, testing.tol_elementwise(dtype), pk.layers[0].checks, (x,),
+                         pk=pk)
     pk.finalize()
     return pk
 

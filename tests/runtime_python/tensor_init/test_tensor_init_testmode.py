@@ -42,7 +42,7 @@ def run_case(dtype, batch, hidden, grid, jitter, output_dir=None):
     expected = ref.tensor_init(x_before)
     name = f"tensor_init[{str(dtype)[6:]},{batch}x{hidden},grid={grid},jitter={jitter}]"
     testing.check_nonvacuous(f"{name}.input_before_run", x_before, (NONZERO,))
-    testing.assert_close(name, x, expected, testing.tol_elementwise(dtype))   # zero up to tiny/2: exact
+    testing.assert_close(name, x, expected, testing.tol_elementwise(dtype), pk=pk)  # zero up to tiny/2: exact
     testing.check_nonvacuous(name, x, pk.layers[0].checks, inputs=(x_before,))
     assert torch.equal(dummy_out, dummy_out_before), f"{name}: dummy_output was modified"
     pk.finalize()
@@ -89,8 +89,8 @@ def run_ordering(output_dir=None, init_grid_x=2):
           f"the writers of {'its rows' if split else 'all'} of its dummy_input PASS")
     pk()
     tol = testing.tol_elementwise(dtype)
-    testing.assert_close("ordering.identity.mid", mid, identity_ref.identity(src), tol)
-    testing.assert_close("ordering.tensor_init.x", x, ref.tensor_init(x), tol)
+    testing.assert_close("ordering.identity.mid", mid, identity_ref.identity(src), tol, pk=pk)
+    testing.assert_close("ordering.tensor_init.x", x, ref.tensor_init(x), tol, pk=pk)
     pk.finalize()
     return pk
 

@@ -111,7 +111,7 @@ def check_graph(pk: PersistentKernel, before: dict[str, torch.Tensor], label: st
             seen[out.name] = None
             continue
         actual = pk.get_tensor(out.name)
-        testing.assert_close(name, actual, expected, tol)
+        testing.assert_close(name, actual, expected, tol, pk=pk)
         testing.check_nonvacuous(name, actual, layer.checks, inputs=tuple(ins.values()),
                                  reference=None if layer.kind == "tensor_init" else expected)
         seen[out.name] = actual

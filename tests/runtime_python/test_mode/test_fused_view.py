@@ -38,8 +38,8 @@ def test_fused_equals_shuffled(dtype):
     expected = REFS["linear"].linear(x, order)
     tol = testing.tol_linear(dtype, HIDDEN, graph.abs_product(x, order))
     label = f"fused_view[{str(dtype)[6:]}]"
-    testing.check_output(f"{label}.shuffled", pk.get_tensor("out_s"), expected, tol)
-    testing.check_output(f"{label}.fused", pk.get_tensor("out_f"), expected, tol)
+    testing.check_output(f"{label}.shuffled", pk.get_tensor("out_s"), expected, tol, pk=pk)
+    testing.check_output(f"{label}.fused", pk.get_tensor("out_f"), expected, tol, pk=pk)
     testing.assert_equal(f"{label}.fused_vs_shuffled_bits", pk.get_tensor("out_f").view(torch.uint8),
                          pk.get_tensor("out_s").view(torch.uint8))
     pk.finalize()
@@ -72,7 +72,7 @@ def test_fused_view_of_computed_tensors_orders_by_rows():
     m = INTER // GROUPS
     order = torch.cat([torch.cat([a[g * m:(g + 1) * m], b[g * m:(g + 1) * m]]) for g in range(GROUPS)])
     testing.check_output("fused_computed.out", pk.get_tensor("out"), REFS["linear"].linear(x, order),
-                         testing.tol_linear(torch.float32, HIDDEN, graph.abs_product(x, order)))
+                         testing.tol_linear(torch.float32, HIDDEN, graph.abs_product(x, order)), pk=pk)
     pk.finalize()
 
 

@@ -79,7 +79,7 @@ def run(dtype, groups, jitter, output_dir):
     expected = REFS["linear_with_residual"].linear_with_residual(mid, w_down, residual)
     scale = graph.abs_product(mid, w_down) + residual.double().abs()
     tol = testing.tol_linear(dtype, INTER + 1, scale, input_rounding=dtype)
-    testing.assert_close(f"{label}:end_to_end.mlp_out", mlp_out, expected, tol)
+    testing.assert_close(f"{label}:end_to_end.mlp_out", mlp_out, expected, tol, pk=pk)
     testing.check_nonvacuous(f"{label}:end_to_end.mlp_out", mlp_out, pk.layers[2].checks,
                              inputs=(x, residual), reference=expected)
     pk.finalize()

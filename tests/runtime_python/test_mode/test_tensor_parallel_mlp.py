@@ -94,13 +94,13 @@ def run(comm, rank: int, size: int, jitter: int, output_dir=None) -> None:
         expected, tol = graph.reference_and_budget(layer, ins)
         with testing.on_all_ranks(f"{label}:{layer.name}"):
             testing.check_output(f"{label}:{layer.name}.{dst}", pk.get_tensor(dst), expected, tol,
-                                 layer.checks, tuple(ins.values()))
+                                 layer.checks, tuple(ins.values()), pk=pk)
     parts = comm.allgather(pk.get_tensor("part").clone())
     expected = ALLREDUCE.allreduce(parts)
     tol = testing.tolerance(DTYPE, k=size, scale=sum(p.double().abs() for p in parts))
     with testing.on_all_ranks(f"{label}:allreduce"):
         testing.check_output(f"{label}:{pk.layers[-1].name}.out", out, expected, tol, pk.layers[-1].checks,
-                             (pk.get_tensor("part"),))
+                             (pk.get_tensor("part"),), pk=pk)
 
     # end to end: the unsharded MLP, computed here from the full weights in float64
     hid = REFS["rmsnorm"].rmsnorm(full["x"], full["w_norm"])
@@ -115,7 +115,7 @@ def run(comm, rank: int, size: int, jitter: int, output_dir=None) -> None:
     tol = testing.tolerance(DTYPE, k=k, scale=scale, input_rounding=DTYPE)
     with testing.on_all_ranks(f"{label}:end_to_end"):
         testing.check_output(f"{label}:end_to_end.out", out, expected, tol, pk.layers[-1].checks,
-                             (full["x"], pk.get_tensor("part")))
+                             (full["x"], pk.get_tensor("part")), pk=pk)
     digests = comm.allgather(testing.digest(out))
     with testing.on_all_ranks(f"{label}: replicated output"):
         assert len(set(digests)) == 1, f"outputs differ across ranks: {digests}"

@@ -1,0 +1,99 @@
+"""The layer recipe (README "How to add a layer"), enforced: a layer with scalar parameters has
+tests that exercise them.
+
+A layer module declares its scalar parameters once, as a module-level `SCALARS` (parameter ->
+the value a kernel that ignored it would in effect use) that its `Layer(..., scalars=...)` is
+built from; a module whose Layer passes float parameters to its kernel (`fparams=`) must declare
+them. For each module with a non-empty SCALARS, tests/runtime_python/<stem>/test_<stem>_testmode.py
+must define a non-empty SCALAR_CASES that sets every scalar parameter, run it under pytest
+(a test parametrized over it) and in the script mode (`run_cases_as_script(..., scalar_cases=
+SCALAR_CASES)`), and call testing.check_scalars (which raises, for those cases, when a parameter
+does not move the result beyond the tolerance). Pure Python: the test files are parsed, not run.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import pkgutil
+
+import pytest
+
+import mirage.mpk.layers as layers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STEMS = sorted(m.name for m in pkgutil.iter_modules(layers.__path__) if not m.name.startswith("_"))
+
+
+def layer_calls(tree: ast.AST) -> list[ast.Call]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Layer"]
+
+
+def keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def module_assignment(tree: ast.Module, name: str) -> ast.expr | None:
+    return next((n.value for n in tree.body if isinstance(n, ast.Assign)
+                 and any(getattr(t, "id", None) == name for t in n.targets)), None)
+
+
+def test_every_layer_module_is_covered():
+    assert "rmsnorm" in STEMS and len(STEMS) >= 8, STEMS
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_scalar_parameters_are_declared_once(stem):
+    module = importlib.import_module(f"mirage.mpk.layers.{stem}")
+    scalars = getattr(module, "SCALARS", {})
+    with open(module.__file__) as f:
+        tree = ast.parse(f.read())
+    calls = layer_calls(tree)
+    assert calls, f"layers/{stem}.py builds no Layer(...)"
+    for call in calls:
+        given = keyword(call, "scalars")
+        if given is not None:
+            names = {n.id for n in ast.walk(given) if isinstance(n, ast.Name)}
+            assert "SCALARS" in names, (f"layers/{stem}.py: Layer(scalars=...) must be built from the "
+                                        f"module's SCALARS (found {ast.unparse(given)}): the recipe test "
+                                        f"reads SCALARS")
+        else:
+            assert not scalars, f"layers/{stem}.py declares SCALARS but its Layer(...) does not pass them"
+        if keyword(call, "fparams") is not None:
+            assert scalars, (f"layers/{stem}.py passes float parameters to its kernel (fparams=) but "
+                             f"declares no SCALARS: each is a scalar parameter its tests must exercise")
+    print(f"RECIPE {stem}: SCALARS={scalars} PASS")
+
+
+@pytest.mark.parametrize("stem", [s for s in STEMS if getattr(importlib.import_module(
+    f"mirage.mpk.layers.{s}"), "SCALARS", {})])
+def test_layer_test_exercises_its_scalar_parameters(stem):
+    scalars = importlib.import_module(f"mirage.mpk.layers.{stem}").SCALARS
+    path = os.path.join(ROOT, "tests", "runtime_python", stem, f"test_{stem}_testmode.py")
+    assert os.path.isfile(path), f"layer '{stem}' has scalar parameters {sorted(scalars)} but no {path}"
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    rel = os.path.relpath(path, ROOT)
+    cases = module_assignment(tree, "SCALAR_CASES")
+    assert isinstance(cases, (ast.List, ast.Tuple)) and cases.elts, \
+        f"{rel} must define a non-empty SCALAR_CASES: (dtype, case, {{parameter: value}}) where each matters"
+    covered = set()
+    for case in cases.elts:
+        params = case.elts[-1] if isinstance(case, ast.Tuple) else None
+        assert isinstance(params, ast.Dict), f"{rel}: SCALAR_CASES entry {ast.unparse(case)} is not " \
+                                             f"(dtype, case, {{parameter: value}})"
+        covered |= {ast.literal_eval(k) for k in params.keys}
+    assert set(scalars) <= covered, f"{rel}: SCALAR_CASES never sets {sorted(set(scalars) - covered)}"
+
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    script = [c for c in calls if getattr(c.func, "attr", None) == "run_cases_as_script"]
+    runs_them = all(getattr(keyword(c, "scalar_cases"), "id", None) == "SCALAR_CASES" for c in script)
+    assert script and runs_them, \
+        f"{rel}: the script mode must run them: run_cases_as_script(..., scalar_cases=SCALAR_CASES)"
+    parametrized = [c for c in calls if getattr(c.func, "attr", None) == "parametrize"
+                    and any(getattr(a, "id", None) == "SCALAR_CASES" for a in c.args)]
+    assert parametrized, f"{rel}: no pytest test is parametrized over SCALAR_CASES"
+    assert any(getattr(c.func, "attr", None) == "check_scalars" for c in calls), \
+        f"{rel}: never calls testing.check_scalars"
+    print(f"RECIPE {rel}: {len(cases.elts)} SCALAR_CASES cover {sorted(scalars)}, run by pytest and by "
+          f"the script PASS")
