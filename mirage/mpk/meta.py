@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import torch
 
-from .abi import META_FIELDS
-
 
 def meta_specs(p: dict, total_requests: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """Expected shape and dtype of every meta tensor for these kernel parameters."""
@@ -20,6 +18,9 @@ def meta_specs(p: dict, total_requests: int) -> dict[str, tuple[tuple[int, ...],
         "paged_kv_indptr_buffer": ((reqs + 1,), torch.int32),
         "paged_kv_indices_buffer": ((p["max_num_pages"],), torch.int32),
         "paged_kv_last_page_len_buffer": ((reqs,), torch.int32),
+        # MPK's scratch copy of the page list for in-place compaction; MPK files may pass it. The
+        # runtime here compacts without it, so it is validated and kept, never handed to the module.
+        "paged_kv_indices_snapshot": ((p["max_num_pages"],), torch.int32),
     }
 
 
@@ -42,11 +43,11 @@ def total_requests(given: dict, max_seq_length: int) -> int:
 
 def build_meta(p: dict, given: dict, device: torch.device) -> dict[str, torch.Tensor]:
     """Validate overrides; allocate every missing meta tensor with its MPK default."""
-    unknown = sorted(set(given) - set(META_FIELDS))
-    if unknown:
-        raise ValueError(f"unknown meta tensor(s) {unknown}; known: {META_FIELDS}")
     n = total_requests(given, p["max_seq_length"])
     specs = meta_specs(p, n)
+    unknown = sorted(set(given) - set(specs))
+    if unknown:
+        raise ValueError(f"unknown meta tensor(s) {unknown}; known: {list(specs)}")
     meta = {}
     for key, (shape, dtype) in specs.items():
         if key in given:

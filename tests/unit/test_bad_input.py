@@ -257,7 +257,7 @@ def test_pk_before_compile():
 def test_compile_twice():
     pk = identity_kernel()
     pk.compile()
-    with pytest.raises(RuntimeError, match=r"compile\(\) was already called on this PersistentKernel"):
+    with pytest.raises(RuntimeError, match=r"compile\(\): this PersistentKernel was already compiled"):
         pk.compile()
     pk.finalize()
 

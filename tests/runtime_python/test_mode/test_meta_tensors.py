@@ -72,7 +72,8 @@ def test_defaults_every_param_one():
         "tokens": ((1, 1), I64), "step": ((1,), I32), "prompt_lengths": ((1,), I32),
         "input_tokens": ((1,), I64), "output_tokens": ((1,), I64), "num_new_tokens": ((1,), I32),
         "qo_indptr_buffer": ((2,), I32), "paged_kv_indptr_buffer": ((2,), I32),
-        "paged_kv_indices_buffer": ((1,), I32), "paged_kv_last_page_len_buffer": ((1,), I32)}
+        "paged_kv_indices_buffer": ((1,), I32), "paged_kv_last_page_len_buffer": ((1,), I32),
+        "paged_kv_indices_snapshot": ((1,), I32)}      # MPK allocates it too; the runtime does not use it
     assert values(pk) == {
         "tokens": [[0]],
         "step": [1],                              # 0 + the one token of the pass (finalize)
@@ -84,6 +85,7 @@ def test_defaults_every_param_one():
         "paged_kv_indptr_buffer": [0, 1],         # ceil(1 / 1) = 1 page
         "paged_kv_indices_buffer": [0],           # the first free page
         "paged_kv_last_page_len_buffer": [1],     # 1 % 1 = 0 -> page_size = 1
+        "paged_kv_indices_snapshot": [0],         # allocated, untouched
     }
     assert pk.get_tensor("step") is pk.meta_tensors["step"]
     assert passes(pk) == 1

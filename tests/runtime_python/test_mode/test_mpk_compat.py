@@ -172,3 +172,22 @@ def test_a_variant_the_module_lacks_fails_the_launch(monkeypatch):
     print(f"COMPAT unknown variant -> {msg}")
     assert "= 'identity_1'(1, 0, 0) has variant 57, which this module's dispatcher does not have" in msg, msg
     pk.finalize()
+
+
+def test_mpk_s_page_snapshot_meta_tensor_is_accepted():
+    """MPK allocates meta_tensors["paged_kv_indices_snapshot"] (max_num_pages,) int32; files may pass it."""
+    snap = torch.empty(3, dtype=torch.int32)
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=None, max_num_pages=3,
+                                               meta_tensors={"paged_kv_indices_snapshot": snap}))
+    rmsnorm_identity(pk, True, testing.generator())
+    pk.compile()
+    pk()
+    assert pk.get_tensor("paged_kv_indices_snapshot") is snap
+    pk.finalize()
+    wrong = {"paged_kv_indices_snapshot": torch.empty(4, dtype=torch.int32)}
+    bad = PersistentKernel(**testing.cpu_config(jitter_seed=None, max_num_pages=3, meta_tensors=wrong))
+    rmsnorm_identity(bad, True, testing.generator())
+    with pytest.raises(ValueError, match=r"meta tensor 'paged_kv_indices_snapshot' has shape \(4,\), "
+                                         r"expected \(3,\)"):
+        bad.compile()
+    print("COMPAT paged_kv_indices_snapshot accepted and checked PASS")

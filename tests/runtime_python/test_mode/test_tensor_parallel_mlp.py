@@ -1,4 +1,4 @@
-"""A tensor-parallel MLP across MPI ranks equals the unsharded MLP (DESIGN 8 and 9).
+"""A tensor-parallel MLP across MPI ranks equals the unsharded MLP (docs/runtime.md, docs/tolerances.md).
 
     h    = rmsnorm(x, w_norm)                          replicated: every rank computes it
     mid  = h @ [W_gate_r | W_up_r]^T                   column-parallel: rank r holds rows
@@ -107,7 +107,7 @@ def run(comm, rank: int, size: int, jitter: int, output_dir=None) -> None:
     gate, up = hid @ full["w_gate"].double().T, hid @ full["w_up"].double().T
     act_ref = REFS["silu_mul"].silu_mul(torch.cat([gate, up], dim=1), groups=1)     # [all gate | all up]
     expected = REFS["linear_with_residual"].linear_with_residual(act_ref, full["w_down"], full["x"])
-    # a chain composes its layers' budgets (DESIGN 9): the error terms of every stage on the path
+    # a chain composes its layers' budgets (docs/tolerances.md): the error terms of every stage on the path
     # (rmsnorm H/2 + 6 ops, gate/up linear H, silu 8 ops, down linear I + residual, allreduce W),
     # relative to the scale of the final sum
     k = HIDDEN // 2 + 6 + HIDDEN + 8 + INTER + 1 + size
