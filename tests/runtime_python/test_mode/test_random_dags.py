@@ -166,7 +166,10 @@ def model_layer(spec, layer, m: dict[str, Model]) -> Model:
         raise NotImplementedError(kind)
     atol = torch.as_tensor(own.atol, dtype=torch.float64) + CARRY * carried
     why = f"{own.why} + upstream error carried (max {float(carried.max()):.2e})"
-    tol = testing.Tolerance(atol, own.rtol, why)
+    # the rms ratio's model: an upstream deviation bounded by CARRY * carried has a second moment
+    # of at most its square, whatever its distribution; added to the layer's own rounding variance
+    var_abs = torch.as_tensor(own.var_abs, dtype=torch.float64) + (CARRY * carried) ** 2
+    tol = testing.Tolerance(atol, own.rtol, why, var_abs, own.var_rel)
     return Model(expected, atol + own.rtol * expected.abs(), tol, layer.name)
 
 
