@@ -5,7 +5,7 @@
 #pragma once
 #include <stdint.h>
 
-#define MPK_ABI_VERSION 3
+#define MPK_ABI_VERSION 4
 #define MPK_MAX_DIMS 4
 #define MPK_MAX_TILES 8      // inputs + outputs of one task
 #define MPK_MAX_TRIGGERS 8   // docs/dependencies.md: more than this and the graph builder coarsens
@@ -124,6 +124,10 @@ typedef struct {
                                       // r * num_tensors + t; NULL entries: not symmetric. NULL: none
     int64_t* const* peer_signal_ptrs; // [world_size]: each rank's signal counters (NULL if no slots)
     int32_t num_signal_slots;         // signal slots per rank (layout: csrc/tasks/cpu/allreduce.h)
+    // The worker block every task kernel runs on (docs/simt.md): its threads (a multiple of 32)
+    // and its dynamic shared memory in bytes.
+    int32_t worker_threads;
+    int32_t smem_bytes;
 } MpkConfig;
 
 // Per-worker state captured when a launch ends (always) or the watchdog fires.

@@ -70,6 +70,9 @@ inline std::string validate(const MpkConfig* c, const MpkTask* tasks, const MpkE
                 c->peer_tensor_ptrs[int64_t(c->mpi_rank) * c->num_tensors + i] != tensors[i])
                 return bad("peer_tensor_ptrs: rank %d's own entry for tensor %d differs from tensor_ptrs[%d]",
                            c->mpi_rank, i, i);
+    if (c->worker_threads < 32 || c->worker_threads > 1024 || c->worker_threads % 32)
+        return bad("worker_threads = %d: need a multiple of 32 in [32, 1024]", c->worker_threads);
+    if (c->smem_bytes < 0) return bad("smem_bytes = %d", c->smem_bytes);
     if (c->num_signal_slots < 0) return bad("num_signal_slots = %d", c->num_signal_slots);
     if (c->num_signal_slots > 0) {
         if (!c->peer_signal_ptrs) return bad("num_signal_slots = %d but peer_signal_ptrs is NULL", c->num_signal_slots);

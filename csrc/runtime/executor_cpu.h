@@ -320,6 +320,12 @@ template <class Exec> bool run_task(Kernel& k, WorkerSlot& me, int32_t pos, int6
     view.wait = wait_peer;
     view.signal = signal_peer;
     view.executor = &context;
+    view.block_threads = k.cfg.worker_threads;
+    view.smem_bytes = k.cfg.smem_bytes;
+    // The emulated block's thread order: a function of the task and the pass, and of the jitter
+    // seed when jitter is on (so a missing barrier shows across seeds); fixed otherwise.
+    view.simt_seed = splitmix64(uint64_t(pos) * 0x9E3779B97F4A7C15ull ^ uint64_t(view.iteration) << 40 ^
+                                (k.cfg.jitter ? k.cfg.jitter_seed : 0));
     try {
         // exec returns false for a variant the generated dispatcher lacks: the task table and the
         // module come from different graphs. Running nothing there would pass silently.

@@ -23,6 +23,12 @@ struct TaskView {
     void (*signal)(const TaskView&, int64_t* counter, int64_t value, int32_t peer) = nullptr;
     void* executor = nullptr;   // the executor's state for wait/signal
 
+    // ---- the worker block the kernel runs on (docs/simt.md). Under nvcc these are the launch's
+    // own; the CPU backend's emulation (runtime/simt_cpu.h) builds the block from them.
+    int32_t block_threads = 0;  // threads of the worker block (MpkConfig::worker_threads)
+    int32_t smem_bytes = 0;     // its dynamic shared memory (MpkConfig::smem_bytes)
+    uint64_t simt_seed = 0;     // seeds the emulation's thread order for this task and pass
+
     template <typename T> MPK_HOST_DEVICE T* in(int i) const { return static_cast<T*>(ptrs[i]); }
     template <typename T> MPK_HOST_DEVICE T* out(int j) const {
         return static_cast<T*>(ptrs[task->num_inputs + j]);

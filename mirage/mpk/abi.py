@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ctypes as C
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 MAX_DIMS, MAX_TILES, MAX_TRIGGERS, NUM_IPARAMS, NUM_FPARAMS = 4, 8, 8, 4, 2
 TASK_TERMINATE, TASK_END_OF_TASK_GRAPH, TASK_FIRST_LAYER = 0, 1, 100
 EVENT_TYPES = {"termination": 0, "launch": 1, "end_of_task_graph": 2}
@@ -50,7 +50,8 @@ class MpkConfig(C.Structure):
                 ("eos_token_id", C.c_int64), ("mpi_rank", C.c_int32), ("world_size", C.c_int32),
                 ("fault_kind", C.c_int32), ("fault_task", C.c_int32), ("fault_amount", C.c_double),
                 ("fault_element", C.c_int64), ("peer_tensor_ptrs", C.c_void_p),
-                ("peer_signal_ptrs", C.c_void_p), ("num_signal_slots", C.c_int32)]
+                ("peer_signal_ptrs", C.c_void_p), ("num_signal_slots", C.c_int32),
+                ("worker_threads", C.c_int32), ("smem_bytes", C.c_int32)]
 
 
 class MpkWorkerState(C.Structure):

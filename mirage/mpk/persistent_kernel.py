@@ -15,7 +15,7 @@ from . import graph as graph_mod
 from .dtypes import DType, bfloat16, to_dtype
 from .errors import MPKRuntimeError
 from .faults import Fault
-from .layers import find_layer
+from .layers import dim3, find_layer
 from .meta import build_meta
 from .runtime import Runtime
 from .tensor import (
@@ -40,6 +40,9 @@ _MPK_DEFAULTS = dict(mode="offline", world_size=1, mpi_rank=0, num_workers=1, nu
 _POSITIVE = ("num_workers", "num_local_schedulers", "max_seq_length", "max_num_batched_requests",
              "max_num_batched_tokens", "max_num_pages", "page_size", "world_size")
 _BACKENDS = ("auto", "cpu", "cuda")
+# Dynamic shared memory of a worker block: what every GPU since Volta gives a block without
+# opting in (48 KiB); task kernels take theirs through mpk::smem (csrc/runtime/simt.h).
+WORKER_SMEM_BYTES = 48 * 1024
 _IO_CATEGORIES = {"cuda_tensor": NEW, "cpu_tensor": NEW, "nvshmem_tensor": SYMMETRIC,
                   "symmetric_tensor": SYMMETRIC}
 
@@ -244,12 +247,13 @@ class PersistentKernel:
         self._check_open(fn.__name__)
         name = f"{kind}_{len(self.layers)}"
         try:        # positional arguments in MPK's order work as well as keywords
-            inspect.signature(fn).bind(self, name, *args, **kwargs)
+            bound = inspect.signature(fn).bind(self, name, *args, **kwargs)
         except TypeError as e:
             params = list(inspect.signature(fn).parameters.values())[2:]
             shown = [p.name if p.default is p.empty else f"{p.name}={p.default!r}" for p in params]
             raise TypeError(f"{fn.__name__}: {e}; its arguments are ({', '.join(shown)})") from None
         layer = fn(self, name, *args, **kwargs)
+        layer.block = dim3(name, "block_dim", bound.arguments["block_dim"])
         for acc in layer.inputs + layer.outputs:
             if self.tensors.get(acc.tensor.name) is not acc.tensor:
                 raise ValueError(f"layer '{layer.name}': tensor '{acc.tensor.name}' belongs to another "
@@ -261,6 +265,12 @@ class PersistentKernel:
         self.layers.append(layer)
 
     # ---- compile and run -------------------------------------------------------------------
+
+    @property
+    def worker_threads(self) -> int:
+        """Threads of the worker block every task runs on: MPK's 256 from Hopper (cc 9.0) on, else 128
+        (the CPU backend emulates a 128-thread block)."""
+        return 256 if self.target_cc >= 90 else 128
 
     @property
     def target_cc(self) -> int:
@@ -331,6 +341,12 @@ class PersistentKernel:
         """Graph (verified), meta tensors, storage, variants and the generated source: all but the build."""
         backend = self._resolve_backend()
         self.device = self.device or torch.device("cpu")
+        for layer in self.layers:
+            threads = layer.block[0] * layer.block[1] * layer.block[2]
+            if threads > self.worker_threads:
+                raise ValueError(f"layer '{layer.name}': block_dim {layer.block} has {threads} threads, more "
+                                 f"than the {self.worker_threads} of the worker block every task runs on "
+                                 f"(target_cc {self.target_cc}); use block_dim=({self.worker_threads}, 1, 1)")
         graph = graph_mod.build(self.layers)
         graph_mod.verify(graph)
         for t in self.tensors.values():
@@ -357,7 +373,8 @@ class PersistentKernel:
                       max_num_batched_requests=p["max_num_batched_requests"],
                       max_num_batched_tokens=p["max_num_batched_tokens"], max_num_pages=p["max_num_pages"],
                       page_size=p["page_size"], total_num_requests=meta["tokens"].shape[0],
-                      eos_token_id=p["eos_token_id"], mpi_rank=self.mpi_rank, world_size=self.world_size)
+                      eos_token_id=p["eos_token_id"], mpi_rank=self.mpi_rank, world_size=self.world_size,
+                      worker_threads=self.worker_threads, smem_bytes=WORKER_SMEM_BYTES)
         self._allocate_symmetric(graph, config)     # collective: after every rank's compile
         self._runtime = Runtime(module, graph, variants, self._table(), meta, config, self.fault)
         self.graph = graph

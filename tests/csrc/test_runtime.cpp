@@ -292,6 +292,7 @@ static MpkConfig default_config() {
     c.max_num_pages = c.page_size = c.total_num_requests = 1;
     c.eos_token_id = -1;
     c.world_size = 1;
+    c.worker_threads = 32;  // the fake tasks below are plain host code, run once per task
     return c;
 }
 

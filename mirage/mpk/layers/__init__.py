@@ -48,6 +48,7 @@ class Layer:
     # parameter would in effect compute with (rmsnorm: eps -> 0). The layer's tests must run a
     # case where that value moves the reference beyond the tolerance (testing.check_scalars).
     scalars: dict = field(default_factory=dict)
+    block: tuple[int, int, int] = (128, 1, 1)    # block_dim as given; at most the worker block's threads
 
     @property
     def cpp_function(self) -> str:
@@ -107,15 +108,17 @@ def check_tensor(layer: str, role: str, t: object, *, ndim: int | None = None,
 
 
 def check_grid(layer: str, grid_dim: object, block_dim: object) -> tuple[int, int, int]:
-    """grid_dim: 1-3 positive ints. block_dim is validated but kernels pick their threads."""
-    grid = _dim3(layer, "grid_dim", grid_dim)
-    block = _dim3(layer, "block_dim", block_dim)
+    """grid_dim: 1-3 positive ints. block_dim is validated; every task runs on the worker block's
+    threads (PersistentKernel.worker_threads), which block_dim may not exceed (checked at compile)."""
+    grid = dim3(layer, "grid_dim", grid_dim)
+    block = dim3(layer, "block_dim", block_dim)
     if block[0] * block[1] * block[2] > 1024:
         raise ValueError(f"layer '{layer}': block_dim {block} has more than 1024 threads")
     return grid
 
 
-def _dim3(layer: str, what: str, v: object) -> tuple[int, int, int]:
+def dim3(layer: str, what: str, v: object) -> tuple[int, int, int]:
+    """1 to 3 positive ints -> (x, y, z), missing ones 1; else ValueError naming the layer."""
     t = tuple(v) if isinstance(v, (tuple, list)) else (v,)
     if not 1 <= len(t) <= 3 or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1
                                        for x in t):

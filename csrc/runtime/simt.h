@@ -1,0 +1,45 @@
+// simt.h: what a task kernel (csrc/tasks/<stem>.cuh) includes to be CUDA for both backends.
+//
+// A task kernel is a device function run by every thread of one worker block:
+//     template <typename T> __device__ void rmsnorm_task(const mpk::TaskView& v);
+// It uses CUDA as written for a GPU: threadIdx.x / blockDim.x (a multiple of 32, the worker
+// block's size; blockIdx is always 0 inside a task), __syncthreads(), the *_sync warp
+// functions, static __shared__ arrays, and the block's dynamic shared memory through ONE
+// accessor, mpk::smem<T>(byte_offset, count) (mpk::smem_bytes() in all).
+//   nvcc:      the CUDA builtins themselves; MPK_RUN_TASK(v, fn) is fn(v), called by every
+//              thread of the worker block.
+//   host (CPU backend): runtime/simt_cpu.h emulates the execution model: the block's threads
+//              are fibers on the worker's OS thread, switched only at barriers, warp
+//              collectives and __nanosleep, in a seeded random order; a divergent barrier, a
+//              bad mask, a deadlock or a shared-memory overflow is an mpk::simt::Error naming
+//              the call site. MPK_RUN_TASK(v, fn) runs fn(v) as one such block.
+// See docs/simt.md for what the emulation guarantees (and what only a GPU can show).
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "platform.h"
+#include "task_view.h"
+
+#if defined(__CUDACC__)
+
+namespace mpk {
+// The worker block's dynamic shared memory (the launch sizes it; MpkConfig::smem_bytes).
+MPK_DEVICE MPK_INLINE char* smem_base() {
+    extern __shared__ __align__(16) char mpk_dynamic_smem[];
+    return mpk_dynamic_smem;
+}
+MPK_DEVICE MPK_INLINE size_t smem_bytes() {
+    uint32_t n;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+    return n;
+}
+// count elements of T at byte_offset (16-byte aligned offsets keep vector accesses legal).
+template <typename T> MPK_DEVICE MPK_INLINE T* smem(size_t byte_offset, size_t /*count*/) {
+    return reinterpret_cast<T*>(smem_base() + byte_offset);
+}
+}  // namespace mpk
+#define MPK_RUN_TASK(v, ...) (__VA_ARGS__)(v)
+
+#else
+#include "simt_cpu.h"
+#endif
