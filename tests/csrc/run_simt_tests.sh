@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Builds and runs the SIMT emulation test (tests/csrc/test_simt.cpp; docs/simt.md): plain -O2,
+# the ucontext fallback, ThreadSanitizer and AddressSanitizer+UBSan. Under TSan the
+# missing-barrier control must be a TSan report and its fixed kernel clean; under ASan a raw
+# shared-memory overflow and a global-memory overflow must be ASan reports.
+# Usage: tests/csrc/run_simt_tests.sh [plain|ucontext|thread|address ...]   (default: all)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out="${TMPDIR:-/tmp}/mpk_simt_tests"
+mkdir -p "$out"
+base=(g++ -std=c++17 -O2 -pthread -Wall -Wextra -Werror -Icsrc tests/csrc/test_simt.cpp)
+
+# expect NAME WANT_RC PATTERN|"" FORBIDDEN|"" -- CMD...: run, check the exit code and the output
+expect() {
+  local name=$1 want_rc=$2 pattern=$3 forbid=$4; shift 5
+  local log="$out/$name.log" rc=0
+  "$@" >"$log" 2>&1 || rc=$?
+  if [[ $rc -ne $want_rc ]] || { [[ -n $pattern ]] && ! grep -q "$pattern" "$log"; } ||
+     { [[ -n $forbid ]] && grep -q "$forbid" "$log"; }; then
+    echo "FAIL $name: exit $rc (want $want_rc), want '$pattern'${forbid:+, not '$forbid'}; log $log:"
+    tail -40 "$log"
+    return 1
+  fi
+  echo "PASS $name: exit $rc${pattern:+, '$pattern' reported}"
+}
+
+for mode in "${@:-plain ucontext thread address}"; do
+  for m in $mode; do
+    case "$m" in
+      plain)    flags=() ;;
+      ucontext) flags=(-DMPK_SIMT_UCONTEXT=1) ;;
+      thread)   flags=(-g -fsanitize=thread) ;;
+      address)  flags=(-g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined) ;;
+      *) echo "unknown mode $m (plain|ucontext|thread|address)" >&2; exit 2 ;;
+    esac
+    echo "== $m: ${base[*]} ${flags[*]}"
+    "${base[@]}" "${flags[@]}" -o "$out/test_simt_$m"
+    bin="$out/test_simt_$m"
+    case "$m" in
+      thread)
+        # TSan exits 66 on a report; the suite itself must be report-free
+        TSAN_OPTIONS="halt_on_error=0 exitcode=66" "$bin"
+        expect tsan-race 66 "WARNING: ThreadSanitizer: data race" "" -- \
+          env TSAN_OPTIONS="exitcode=66" "$bin" tsan-race
+        expect tsan-clean 0 "tsan-clean: ran" "WARNING: ThreadSanitizer" -- \
+          env TSAN_OPTIONS="exitcode=66" "$bin" tsan-clean ;;
+      address)
+        ASAN_OPTIONS="detect_leaks=1" "$bin"
+        expect asan-smem 1 "ERROR: AddressSanitizer: heap-buffer-overflow" "asan-smem: no report" -- "$bin" asan-smem
+        expect asan-global 1 "ERROR: AddressSanitizer: heap-buffer-overflow" "asan-global: no report" -- "$bin" asan-global ;;
+      *)
+        "$bin" ;;
+    esac
+  done
+done
