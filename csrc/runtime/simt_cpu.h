@@ -57,6 +57,13 @@
 #ifndef MPK_SIMT_TSAN
 #define MPK_SIMT_TSAN 0
 #endif
+// A fiber's entry and exit path never return; TSan must not record them as calls (its shadow
+// stack of a pooled fiber would grow by them at every block).
+#if MPK_SIMT_TSAN
+#define MPK_SIMT_NO_TSAN __attribute__((no_sanitize_thread))
+#else
+#define MPK_SIMT_NO_TSAN
+#endif
 #ifndef MPK_SIMT_ASAN
 #define MPK_SIMT_ASAN 0
 #endif
@@ -674,13 +681,15 @@ inline void switch_to(Sched& s, Fiber* from, Fiber* to) {
 #if MPK_SIMT_ASAN
     __sanitizer_start_switch_fiber(&from->asan_fake, to->stack_lo, to->stack_size);
 #endif
+    // From here to the switch TSan counts accesses as the target fiber's: read nothing more.
+    void* target = to->sp;
+    (void)target;
 #if MPK_SIMT_TSAN
     __tsan_switch_to_fiber(to->tsan, 1 /* __tsan_switch_to_fiber_no_sync */);
 #endif
 #if MPK_SIMT_UCONTEXT
     swapcontext(&from->uc, &to->uc);
 #else
-    void* target = to->sp;
     mpk_simt_switch_v1(&from->sp, target);
 #endif
 #if MPK_SIMT_ASAN
@@ -710,7 +719,7 @@ inline void block(Sched& s, Fiber* self) {
 }
 
 // A fiber's last switch: its stack is never resumed (ASan drops its fake stack).
-[[noreturn]] inline void exit_to(Sched& s, Fiber* self, Fiber* to) {
+[[noreturn]] MPK_SIMT_NO_TSAN inline void exit_to(Sched& s, Fiber* self, Fiber* to) {
     s.cur = to;
     tl.cur = to;
 #if MPK_SIMT_ASAN
@@ -735,7 +744,7 @@ inline void block(Sched& s, Fiber* self) {
     __builtin_unreachable();
 }
 
-inline void on_exit(Sched& s, Fiber* self) {
+[[noreturn]] MPK_SIMT_NO_TSAN inline void on_exit(Sched& s, Fiber* self) {
     const int t = int(self->tid.x), lane = t & 31;
     Warp& w = s.warps[t >> 5];
     self->st = St::Exited;
@@ -756,7 +765,7 @@ inline void on_exit(Sched& s, Fiber* self) {
     exit_to(s, self, next);
 }
 
-inline void fiber_main(void* arg) {
+MPK_SIMT_NO_TSAN inline void fiber_main(void* arg) {
     Fiber* self = static_cast<Fiber*>(arg);
     Sched* sp;
     {

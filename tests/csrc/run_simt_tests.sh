@@ -21,7 +21,7 @@ expect() {
     tail -40 "$log"
     return 1
   fi
-  echo "PASS $name: exit $rc${pattern:+, '$pattern' reported}"
+  echo "PASS $name: exit $rc${pattern:+, '$pattern' found}"
 }
 
 for mode in "${@:-plain ucontext thread address}"; do
@@ -40,8 +40,10 @@ for mode in "${@:-plain ucontext thread address}"; do
       thread)
         # TSan exits 66 on a report; the suite itself must be report-free
         TSAN_OPTIONS="halt_on_error=0 exitcode=66" "$bin"
-        expect tsan-race 66 "WARNING: ThreadSanitizer: data race" "" -- \
+        expect tsan-race 66 "SUMMARY: ThreadSanitizer: data race .*in rotate_kernel<" "" -- \
           env TSAN_OPTIONS="exitcode=66" "$bin" tsan-race
+        expect tsan-race2 66 "SUMMARY: ThreadSanitizer: data race .*in block_sum_one_barrier" "" -- \
+          env TSAN_OPTIONS="exitcode=66" "$bin" tsan-race2
         expect tsan-clean 0 "tsan-clean: ran" "WARNING: ThreadSanitizer" -- \
           env TSAN_OPTIONS="exitcode=66" "$bin" tsan-clean ;;
       address)

@@ -8,8 +8,8 @@
 //
 // Run:  bash tests/csrc/run_simt_tests.sh                 (plain, TSan, ASan+UBSan, ucontext)
 // One:  g++ -std=c++17 -O2 -pthread -Icsrc tests/csrc/test_simt.cpp -o /tmp/t && /tmp/t
-// Modes for the sanitizer controls (one kernel, then exit): /tmp/t tsan-race | tsan-clean |
-//       asan-smem | asan-global
+// Modes for the sanitizer controls (one kernel, then exit): /tmp/t tsan-race | tsan-race2 |
+//       tsan-clean | asan-smem | asan-global
 #include "runtime/simt.h"
 #include "tasks/common.cuh"
 
@@ -59,6 +59,8 @@ template <class F> static std::string error_of(const Block& b, F&& body) {
     return "";
 }
 static bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+// Records the current line from inside a kernel: many threads store it, so atomically.
+#define HERE(var) __atomic_store_n(&(var), __LINE__, __ATOMIC_RELAXED)
 static std::string at_line(int line) { return "test_simt.cpp:" + std::to_string(line); }
 
 static void report(const char* name, int before, const std::string& detail = "") {
@@ -351,16 +353,16 @@ static void test_smem() {
     // bounds: count past the end, offset past the end, misalignment; the call site is named
     int line_a = 0, line_b = 0, line_c = 0;
     std::string e1 = error_of(Block{64, 256, 1}, [&] {
-        line_a = __LINE__; float* p = mpk::smem<float>(0, 65);
+        HERE(line_a); float* p = mpk::smem<float>(0, 65);
         p[0] = 1;
     });
     CHECK(has(e1, at_line(line_a).c_str()) && has(e1, "overflows the block's 256 bytes") && has(e1, "[0, 260)"),
           "count overflow: '%s'", e1.c_str());
-    std::string e2 = error_of(Block{64, 256, 1}, [&] { line_b = __LINE__; mpk::smem<char>(300, 0); });
+    std::string e2 = error_of(Block{64, 256, 1}, [&] { HERE(line_b); mpk::smem<char>(300, 0); });
     CHECK(has(e2, at_line(line_b).c_str()) && has(e2, "overflows"), "offset past the end: '%s'", e2.c_str());
-    std::string e3 = error_of(Block{64, 256, 1}, [&] { line_c = __LINE__; mpk::smem<float4>(8, 1); });
+    std::string e3 = error_of(Block{64, 256, 1}, [&] { HERE(line_c); mpk::smem<float4>(8, 1); });
     CHECK(has(e3, at_line(line_c).c_str()) && has(e3, "misaligned"), "misaligned float4: '%s'", e3.c_str());
-    std::string e4 = error_of(Block{64, 256, 1}, [&] { mpk::smem<float>(0, 64)[0] = 1; });
+    std::string e4 = error_of(Block{64, 256, 1}, [&] { mpk::smem<float>(0, 64)[threadIdx.x] = 1; });
     CHECK(e4.empty(), "exactly the whole arena is fine: '%s'", e4.c_str());
     std::string e5;
     try {
@@ -422,9 +424,10 @@ static void test_atomics_and_yield() {
         atomicInc(&inc, 99u);
         // a spin lock: the waiting threads yield through __nanosleep
         while (atomicCAS(&lock, 0, 1) != 0) __nanosleep(100);
-        overlaps += in_lock++;
+        // (relaxed atomics: CUDA's lock orders nothing without __threadfence, nor does TSan)
+        __atomic_fetch_add(&overlaps, __atomic_fetch_add(&in_lock, 1, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
         __nanosleep(10);  // other threads run while the lock is held
-        --in_lock;
+        __atomic_fetch_sub(&in_lock, 1, __ATOMIC_RELAXED);
         atomicExch(&lock, 0);
         // thread 0 waits for a flag the last thread sets
         if (t == 0)
@@ -447,11 +450,11 @@ static void test_atomics_and_yield() {
 // ---- errors
 
 struct Counted {
-    static int live;
+    static std::atomic<int> live;
     Counted() { ++live; }
     ~Counted() { --live; }
 };
-int Counted::live = 0;
+std::atomic<int> Counted::live{0};
 
 static void test_errors() {
     const int before = g_failures;
@@ -469,25 +472,25 @@ static void test_errors() {
         __syncthreads();
     });
     CHECK(has(e, "threadIdx.x 77 (warp 2, lane 13) threw: boom"), "exception: '%s'", e.c_str());
-    CHECK(Counted::live == 0, "%d kernel objects not destroyed after the block stopped", Counted::live);
+    CHECK(Counted::live == 0, "%d kernel objects not destroyed after the block stopped", Counted::live.load());
     int line = 0;
     e = error_of(Block{64, 0, 0}, [&] {
-        if (threadIdx.x == 3) { line = __LINE__; __trap(); }
+        if (threadIdx.x == 3) { HERE(line); __trap(); }
     });
     CHECK(has(e, "__trap() at") && has(e, at_line(line).c_str()), "trap: '%s'", e.c_str());
     // a mask without the caller, two collectives at different sites that wait on each other, a deadlock
-    e = error_of(Block{32, 0, 0}, [&] { line = __LINE__; __ballot_sync(0xFFFFFFFEu, 1); });
+    e = error_of(Block{32, 0, 0}, [&] { HERE(line); __ballot_sync(0xFFFFFFFEu, 1); });
     CHECK(has(e, "does not include the calling threadIdx.x 0") && has(e, at_line(line).c_str()), "mask: '%s'", e.c_str());
     int l1 = 0, l2 = 0;
     e = error_of(Block{32, 0, 0}, [&] {
-        if (threadIdx.x % 2) { l1 = __LINE__; __shfl_xor_sync(0xFFFFFFFFu, 1, 1); }
-        else { l2 = __LINE__; __shfl_down_sync(0xFFFFFFFFu, 1, 1); }
+        if (threadIdx.x % 2) { HERE(l1); __shfl_xor_sync(0xFFFFFFFFu, 1, 1); }
+        else { HERE(l2); __shfl_down_sync(0xFFFFFFFFu, 1, 1); }
     });
     CHECK(has(e, "mismatched warp collectives in warp 0") && has(e, at_line(l1).c_str()) && has(e, at_line(l2).c_str()),
           "mismatch: '%s'", e.c_str());
     e = error_of(Block{64, 0, 0}, [&] {
-        if (threadIdx.x == 0) { l1 = __LINE__; __syncwarp(); }  // lanes 1..31 wait at the barrier
-        else { l2 = __LINE__; __syncthreads(); }
+        if (threadIdx.x == 0) { HERE(l1); __syncwarp(); }  // lanes 1..31 wait at the barrier
+        else { HERE(l2); __syncthreads(); }
     });
     CHECK(has(e, "divergent __syncthreads: " + at_line(l2) + " reached by 63 of 64 threads") &&
               has(e, "1 wait at __syncwarp " + at_line(l1)),
@@ -586,7 +589,7 @@ static void test_control_barrier_in_branch() {
     const int before = g_failures;
     int line = 0, la = 0, lb = 0;
     std::string broken = error_of(Block{128, 0, 1}, [&] {
-        if (threadIdx.x < 64) { line = __LINE__; __syncthreads(); }
+        if (threadIdx.x < 64) { HERE(line); __syncthreads(); }
     });
     std::string fixed = error_of(Block{128, 0, 1}, [&] {
         if (threadIdx.x < 64) { /* work */ }
@@ -596,8 +599,8 @@ static void test_control_barrier_in_branch() {
           "broken: '%s'", broken.c_str());
     CHECK(fixed.empty(), "fixed: '%s'", fixed.c_str());
     std::string two_sites = error_of(Block{128, 0, 2}, [&] {
-        if (threadIdx.x < 64) { la = __LINE__; __syncthreads(); }
-        else { lb = __LINE__; __syncthreads(); }
+        if (threadIdx.x < 64) { HERE(la); __syncthreads(); }
+        else { HERE(lb); __syncthreads(); }
     });
     const std::string want_a = at_line(la) + " reached by 64 of 128 threads, " + at_line(lb) + " by 64";
     const std::string want_b = at_line(lb) + " reached by 64 of 128 threads, " + at_line(la) + " by 64";
@@ -613,7 +616,7 @@ static void test_control_divergent_shuffle() {
     int line = 0;
     std::string broken = error_of(Block{64, 0, 1}, [&] {
         int v = int(threadIdx.x);
-        if (threadIdx.x % 32 < 16) { line = __LINE__; v = __shfl_xor_sync(0xFFFFFFFFu, v, 1); }
+        if (threadIdx.x % 32 < 16) { HERE(line); v = __shfl_xor_sync(0xFFFFFFFFu, v, 1); }
         out[threadIdx.x] = v;
     });
     std::string fixed = error_of(Block{64, 0, 1}, [&] {
@@ -627,7 +630,7 @@ static void test_control_divergent_shuffle() {
     // the lanes outside the branch reach a barrier instead of exiting
     std::string broken2 = error_of(Block{64, 0, 1}, [&] {
         int v = int(threadIdx.x);
-        if (threadIdx.x % 32 < 16) { line = __LINE__; v = __shfl_xor_sync(0xFFFFFFFFu, v, 1); }
+        if (threadIdx.x % 32 < 16) { HERE(line); v = __shfl_xor_sync(0xFFFFFFFFu, v, 1); }
         __syncthreads();
         out[threadIdx.x] = v;
     });
@@ -641,7 +644,7 @@ static void test_control_smem_overflow() {
     const int before = g_failures;
     int line = 0;
     std::string broken = error_of(Block{128, 128 * 4, 1}, [&] {
-        line = __LINE__; float* s = mpk::smem<float>(0, blockDim.x + 1);  // one too many
+        HERE(line); float* s = mpk::smem<float>(0, blockDim.x + 1);  // one too many
         s[threadIdx.x] = 1;
     });
     std::string fixed = error_of(Block{128, 128 * 4, 1}, [&] {
@@ -683,17 +686,17 @@ static void test_control_unwritten_smem() {
 
 static int sanitizer_mode(const std::string& mode) {
     std::vector<float> out(128);
-    if (mode == "tsan-race" || mode == "tsan-clean") {
-        for (int seed = 0; seed < 3; ++seed) {
-            run_block(Block{128, 512, uint64_t(seed)}, [&] {
-                if (mode == "tsan-race") rotate_kernel<false>(out.data());
-                else rotate_kernel<true>(out.data());
-            });
-            run_block(Block{128, 512, uint64_t(seed)}, [&] {
-                if (mode == "tsan-race") two_sums_kernel<false>(out.data());
-                else two_sums_kernel<true>(out.data());
-            });
-        }
+    // tsan-race: the write/read kernel without its barrier; tsan-race2: block_sum without its
+    // second barrier; tsan-clean: both fixed. Separate processes: TSan reports a race once.
+    if (mode == "tsan-race" || mode == "tsan-race2" || mode == "tsan-clean") {
+        for (int seed = 0; seed < 3; ++seed)
+            for (int k = 0; k < 2; ++k)  // one kernel per block (two in one block would race)
+                run_block(Block{128, 512, uint64_t(seed)}, [&] {
+                    if (mode == "tsan-race") rotate_kernel<false>(out.data());
+                    else if (mode == "tsan-race2") two_sums_kernel<false>(out.data());
+                    else if (k == 0) rotate_kernel<true>(out.data());
+                    else two_sums_kernel<true>(out.data());
+                });
         printf("%s: ran\n", mode.c_str());
         return 0;
     }
@@ -712,7 +715,7 @@ static int sanitizer_mode(const std::string& mode) {
         printf("asan-global: no report\n");
         return 0;
     }
-    fprintf(stderr, "unknown mode %s (tsan-race|tsan-clean|asan-smem|asan-global)\n", mode.c_str());
+    fprintf(stderr, "unknown mode %s (tsan-race|tsan-race2|tsan-clean|asan-smem|asan-global)\n", mode.c_str());
     return 2;
 }
 
