@@ -236,7 +236,9 @@ inline void tsan_acquire(void*) {}
 extern "C" __attribute__((visibility("hidden"))) void mpk_simt_switch_v1(void** save_sp, void* load_sp);
 extern "C" __attribute__((visibility("hidden"))) void mpk_simt_entry_v1();
 #if defined(__x86_64__)
-// Frame (low to high): mxcsr, x87 cw | r15 | r14 | r13 | r12 | rbx | rbp | return address.
+// Frame (low to high): r15 | r14 | r13 | r12 | rbx | rbp | return address. The floating-point
+// control state (MXCSR, x87 control word) is not switched: every fiber of a block runs with the
+// caller's (saving it doubled the cost of a switch); a kernel must not change rounding modes.
 asm(R"(
     .pushsection .text.mpk_simt_switch_v1,"axG",@progbits,mpk_simt_switch_v1,comdat
     .weak mpk_simt_switch_v1
@@ -250,14 +252,8 @@ mpk_simt_switch_v1:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -276,24 +272,21 @@ mpk_simt_entry_v1:
     .size mpk_simt_entry_v1,.-mpk_simt_entry_v1
     .popsection
 )");
-constexpr int kFrameWords = 8;
 inline void* init_frame(char* top, void (*entry)(void*), void* arg) {
     // After `ret` sp = top - 16 (16-aligned), so entry() sees sp = 8 mod 16 after the call.
-    void** f = reinterpret_cast<void**>(top - 16) - kFrameWords;
-    uint32_t csr[2] = {0, 0};
-    asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(csr[0]), "=m"(csr[1]));
-    memcpy(&f[0], csr, 8);
-    f[1] = nullptr;                                     // r15
-    f[2] = nullptr;                                     // r14
-    f[3] = reinterpret_cast<void*>(entry);              // r13
-    f[4] = arg;                                         // r12
-    f[5] = nullptr;                                     // rbx
-    f[6] = nullptr;                                     // rbp: frame-pointer walks stop here
-    f[7] = reinterpret_cast<void*>(&mpk_simt_entry_v1);  // return address
+    void** f = reinterpret_cast<void**>(top - 16) - 7;
+    f[0] = nullptr;                                     // r15
+    f[1] = nullptr;                                     // r14
+    f[2] = reinterpret_cast<void*>(entry);              // r13
+    f[3] = arg;                                         // r12
+    f[4] = nullptr;                                     // rbx
+    f[5] = nullptr;                                     // rbp: frame-pointer walks stop here
+    f[6] = reinterpret_cast<void*>(&mpk_simt_entry_v1);  // return address
     return f;
 }
 #elif defined(__aarch64__)
-// Frame (low to high): x19..x28, x29, x30 (return address), d8..d15, fpcr, pad: 176 bytes.
+// Frame (low to high): x19..x28, x29, x30 (return address), d8..d15: 160 bytes. FPCR is not
+// switched (as on x86-64: every fiber runs with the caller's floating-point control state).
 asm(R"(
     .pushsection .text.mpk_simt_switch_v1,"axG",%progbits,mpk_simt_switch_v1,comdat
     .weak mpk_simt_switch_v1
@@ -301,7 +294,7 @@ asm(R"(
     .type mpk_simt_switch_v1,%function
     .p2align 4
 mpk_simt_switch_v1:
-    sub sp, sp, #176
+    sub sp, sp, #160
     stp x19, x20, [sp, #0]
     stp x21, x22, [sp, #16]
     stp x23, x24, [sp, #32]
@@ -312,8 +305,6 @@ mpk_simt_switch_v1:
     stp d10, d11, [sp, #112]
     stp d12, d13, [sp, #128]
     stp d14, d15, [sp, #144]
-    mrs x9, fpcr
-    str x9, [sp, #160]
     mov x9, sp
     str x9, [x0]
     mov sp, x1
@@ -327,9 +318,7 @@ mpk_simt_switch_v1:
     ldp d10, d11, [sp, #112]
     ldp d12, d13, [sp, #128]
     ldp d14, d15, [sp, #144]
-    ldr x9, [sp, #160]
-    msr fpcr, x9
-    add sp, sp, #176
+    add sp, sp, #160
     ret
     .size mpk_simt_switch_v1,.-mpk_simt_switch_v1
     .weak mpk_simt_entry_v1
@@ -343,14 +332,11 @@ mpk_simt_entry_v1:
     .popsection
 )");
 inline void* init_frame(char* top, void (*entry)(void*), void* arg) {
-    void** f = reinterpret_cast<void**>(top - 176);
-    memset(f, 0, 176);
-    uint64_t fpcr;
-    asm volatile("mrs %0, fpcr" : "=r"(fpcr));
+    void** f = reinterpret_cast<void**>(top - 160);
+    memset(f, 0, 160);
     f[0] = arg;                                          // x19
     f[1] = reinterpret_cast<void*>(entry);               // x20
     f[11] = reinterpret_cast<void*>(&mpk_simt_entry_v1);  // x30 (x29 = 0: frame walks stop)
-    f[20] = reinterpret_cast<void*>(fpcr);
     return f;
 }
 #endif
@@ -576,11 +562,15 @@ inline uint32_t rand32(Sched& s) {  // xorshift64*
     s.rng ^= s.rng >> 27;
     return uint32_t((s.rng * 0x2545F4914F6CDD1Dull) >> 32);
 }
-// A uniformly random set bit of m (m != 0).
+// A random set bit of m (m != 0): a random position if it is set, else the first set bit at or
+// after another random position, cyclically. Uniform for a full mask (a warp just released),
+// every set bit possible for any mask, and no data-dependent loop.
 inline int random_bit(Sched& s, uint32_t m) {
-    uint32_t k = uint32_t((uint64_t(rand32(s)) * uint32_t(__builtin_popcount(m))) >> 32);
-    while (k--) m &= m - 1;
-    return __builtin_ctz(m);
+    const uint32_t r = rand32(s);
+    const int p = int(r & 31), q = int((r >> 5) & 31);
+    if ((m >> p) & 1) return p;
+    const uint32_t rot = (m >> q) | (m << ((32 - q) & 31));
+    return (q + __builtin_ctz(rot)) & 31;
 }
 
 void fiber_main(void* arg);

@@ -1,7 +1,10 @@
-"""The C++ tests of the runtime protocol and the CPU kernels, run from pytest.
+"""The C++ tests of the runtime protocol, the SIMT emulation and the CPU kernels, run from pytest.
 
 The runtime test also runs under ThreadSanitizer and AddressSanitizer+UBSan, and with
-2-slot queues (the blocking-push path); each build prints one line per check.
+2-slot queues (the blocking-push path); each build prints one line per check. The SIMT test
+(csrc/runtime/simt_cpu.h; docs/simt.md) runs plain, with the ucontext switch, under TSan (a
+missing barrier must be a TSan report, its fixed kernel clean) and under ASan+UBSan (raw
+shared/global overflows must be ASan reports).
 """
 import os
 import subprocess
@@ -31,3 +34,15 @@ def test_runtime_protocol(mode):
 def test_cpu_kernels():
     out = _run("run_kernel_tests.sh")
     assert "All kernel checks passed" in out
+
+
+@pytest.mark.parametrize("mode", ["plain", "ucontext", "thread", "address"])
+def test_simt_emulation(mode):
+    out = _run("run_simt_tests.sh", mode)
+    assert "All simt tests passed: 0 failure(s)" in out
+    assert "runtime error:" not in out      # UBSan
+    if mode == "thread":   # the suite is report-free; the controls' reports are checked by the script
+        assert out.count("PASS tsan-") == 3
+    if mode == "address":
+        assert "ERROR: AddressSanitizer" not in out.split("PASS asan-")[0]
+        assert out.count("PASS asan-") == 2
