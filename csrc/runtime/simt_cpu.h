@@ -185,6 +185,7 @@ inline Block block_of(const TaskView& v) {
     return Block{v.block_threads, size_t(v.smem_bytes < 0 ? 0 : v.smem_bytes), v.simt_seed};
 }
 
+#pragma GCC visibility push(hidden)  // module-local: direct calls, no PLT, under -fPIC
 namespace detail {
 
 // ---- sanitizer hooks (declared here: the sanitizer headers need not be installed)
@@ -1146,6 +1147,7 @@ inline Sched& current(const char* what) {
 }
 
 }  // namespace detail
+#pragma GCC visibility pop
 
 template <class F> void run_block(const Block& b, F&& body) {
     using Fn = typename std::remove_reference<F>::type;
@@ -1187,6 +1189,7 @@ inline T* smem(size_t byte_offset, size_t count, const char* file = __builtin_FI
 
 #define threadIdx (::mpk::simt::detail::thread_idx())
 #define blockDim (::mpk::simt::detail::block_dim())
+#pragma GCC visibility push(hidden)  // module-local: direct calls, no PLT, under -fPIC
 namespace mpk { namespace simt { namespace detail {
 inline const uint3& thread_idx() {
     Fiber* f = tl.cur;
@@ -1199,6 +1202,7 @@ inline const dim3& block_dim() {
     return s->dim;
 }
 }}}  // namespace mpk::simt::detail
+#pragma GCC visibility pop
 
 inline void __syncthreads(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     ::mpk::simt::detail::barrier(::mpk::simt::detail::Op::SyncThreads, 0, file, line);
@@ -1311,6 +1315,7 @@ template <class T> inline void __stwt(T* p, T v) { *p = v; }
 // ---- atomics: relaxed, device scope, as CUDA's atomic* are (host: GCC/Clang __atomic, which
 // TSan understands). _block and _system variants are the same operation here.
 
+#pragma GCC visibility push(hidden)  // module-local: direct calls, no PLT, under -fPIC
 namespace mpk { namespace simt { namespace detail {
 template <class T> inline T atomic_update(T* p, T (*f)(T, T), T v) {
     atomic_tick();
@@ -1331,6 +1336,7 @@ template <class T> inline T atomic_update_fp(T* p, T v) {  // float / double add
 }
 template <class T> using if_int = typename std::enable_if<std::is_integral<T>::value, T>::type;
 }}}  // namespace mpk::simt::detail
+#pragma GCC visibility pop
 
 #define MPK_SIMT_ATOMIC_INT(name, body)                                                                    \
     template <class T> inline ::mpk::simt::detail::if_int<T> name(T* p, ::mpk::simt::detail::if_int<T> v) { \
