@@ -190,6 +190,7 @@ namespace detail {
 
 // ---- sanitizer hooks (declared here: the sanitizer headers need not be installed)
 
+#pragma GCC visibility push(default)  // defined by the sanitizer runtime
 extern "C" {
 #if MPK_SIMT_TSAN
 void* __tsan_get_current_fiber(void);
@@ -210,6 +211,7 @@ void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_
 void __asan_unpoison_memory_region(void const volatile* addr, size_t size);
 #endif
 }
+#pragma GCC visibility pop
 
 #if MPK_SIMT_TSAN
 // The scheduler's own bookkeeping is shared by all fibers with no happens-before between them
