@@ -29,6 +29,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 #include <exception>
 #include <stdexcept>
@@ -1295,6 +1296,10 @@ inline void __threadfence_block() { __atomic_signal_fence(__ATOMIC_SEQ_CST); }  
 inline long long clock64() {
 #if defined(__x86_64__)
     return (long long)__builtin_ia32_rdtsc();
+#elif defined(__aarch64__)
+    long long t;
+    asm volatile("mrs %0, cntvct_el0" : "=r"(t));
+    return t;
 #else
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds and runs the SIMT emulation test (tests/csrc/test_simt.cpp; docs/simt.md): plain -O2,
-# the ucontext fallback, ThreadSanitizer and AddressSanitizer+UBSan. Under TSan the
+# the ucontext fallback, ThreadSanitizer, AddressSanitizer+UBSan, and the aarch64 switch under
+# qemu-user when aarch64-linux-gnu-g++ and qemu-aarch64 are installed (else skipped). Under TSan the
 # missing-barrier control must be a TSan report and its fixed kernel clean; under ASan a raw
 # shared-memory overflow and a global-memory overflow must be ASan reports.
-# Usage: tests/csrc/run_simt_tests.sh [plain|ucontext|thread|address ...]   (default: all)
+# Usage: tests/csrc/run_simt_tests.sh [plain|ucontext|thread|address|aarch64 ...]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="${TMPDIR:-/tmp}/mpk_simt_tests"
@@ -24,14 +25,23 @@ expect() {
   echo "PASS $name: exit $rc${pattern:+, '$pattern' found}"
 }
 
-for mode in "${@:-plain ucontext thread address}"; do
+for mode in "${@:-plain ucontext thread address aarch64}"; do
   for m in $mode; do
     case "$m" in
       plain)    flags=() ;;
       ucontext) flags=(-DMPK_SIMT_UCONTEXT=1) ;;
       thread)   flags=(-g -fsanitize=thread) ;;
       address)  flags=(-g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined) ;;
-      *) echo "unknown mode $m (plain|ucontext|thread|address)" >&2; exit 2 ;;
+      aarch64)
+        if ! command -v aarch64-linux-gnu-g++ >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
+          echo "SKIP aarch64: needs aarch64-linux-gnu-g++ and qemu-aarch64 (Debian: g++-aarch64-linux-gnu qemu-user)"
+          continue
+        fi
+        echo "== aarch64: aarch64-linux-gnu-g++ ${base[*]:1}, run under qemu-aarch64"
+        aarch64-linux-gnu-g++ "${base[@]:1}" -o "$out/test_simt_aarch64"
+        qemu-aarch64 -L /usr/aarch64-linux-gnu "$out/test_simt_aarch64"
+        continue ;;
+      *) echo "unknown mode $m (plain|ucontext|thread|address|aarch64)" >&2; exit 2 ;;
     esac
     echo "== $m: ${base[*]} ${flags[*]}"
     "${base[@]}" "${flags[@]}" -o "$out/test_simt_$m"
