@@ -71,7 +71,7 @@
 
 // A hand-written switch (callee-saved registers and the stack pointer) on x86-64 SysV and
 // aarch64; ucontext elsewhere or with -DMPK_SIMT_UCONTEXT=1 (swapcontext makes a syscall per
-// switch: about 20x slower).
+// switch: about 22x slower).
 #ifndef MPK_SIMT_UCONTEXT
 #if (defined(__x86_64__) || defined(__aarch64__)) && defined(__linux__)
 #define MPK_SIMT_UCONTEXT 0
@@ -1075,6 +1075,8 @@ inline void run(const Block& b, void (*fn)(void*), void* arg) {
         throw Error("mpk::simt::run_block: " + std::to_string(b.threads) +
                     " threads; a block has a multiple of 32 threads, at most 1024");
     if (tl.s) throw Error("mpk::simt::run_block called inside a running block (blocks do not nest)");
+    if (b.smem_bytes > (size_t(1) << 30))
+        throw Error("mpk::simt::run_block: " + std::to_string(b.smem_bytes) + " bytes of shared memory (at most 1 GiB)");
     Pool& p = pool();
     p.grow(b.threads);
     Sched& s = p.sched;

@@ -495,6 +495,18 @@ static void test_errors() {
     CHECK(has(e, "divergent __syncthreads: " + at_line(l2) + " reached by 63 of 64 threads") &&
               has(e, "1 wait at __syncwarp " + at_line(l1)),
           "deadlock: '%s'", e.c_str());
+    // a cycle of partial-mask collectives: lane 0 waits for 1, 1 for 2, 2 for 0
+    int l3 = 0;
+    e = error_of(Block{32, 0, 0}, [&] {
+        const int lane = threadIdx.x;
+        if (lane == 0) { HERE(l1); __syncwarp(0x3u); }
+        if (lane == 1) { HERE(l2); __shfl_sync(0x6u, 1, 2); }
+        if (lane == 2) { HERE(l3); __ballot_sync(0x5u, 1); }
+    });
+    CHECK(has(e, "deadlock in warp collectives: ") && has(e, "1 wait at __syncwarp " + at_line(l1) + " (warp 0, mask 0x00000003)") &&
+              has(e, "1 wait at __shfl_sync " + at_line(l2)) && has(e, "1 wait at __ballot_sync " + at_line(l3)) &&
+              has(e, "29 exited"),
+          "collective deadlock: '%s'", e.c_str());
     e = error_of(Block{32, 0, 0}, [&] { __shfl_sync(0xFFFFFFFFu, 1, 0, 12); });
     CHECK(has(e, "width 12"), "width: '%s'", e.c_str());
     // the block after a failed one starts clean
