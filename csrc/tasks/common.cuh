@@ -2,6 +2,8 @@
 // block sums. CUDA device code for both backends (runtime/simt.h; docs/simt.md).
 // Test: tests/csrc/test_kernels_*.cpp; run: bash tests/csrc/run_kernel_tests.sh
 #pragma once
+#include <stdio.h>
+#include <stdexcept>
 #include "../runtime/dtypes.h"
 #include "../runtime/simt.h"
 #include "../runtime/task_view.h"
@@ -47,4 +49,27 @@ MPK_DEVICE MPK_INLINE float block_sum(float x, size_t smem_offset) {
     return total;
 }
 
+// ---- a precondition that does not hold (a task table its layer could not have built)
+
+// The CPU backend throws std::runtime_error(what), which the executor reports naming the task;
+// under nvcc the thread prints `what` and traps, which fails the launch.
+#if defined(__CUDACC__)
+MPK_DEVICE MPK_INLINE void task_fail(const char* what) {
+    printf("mpk task failed: %s\n", what);
+    __trap();
+}
+#else
+[[noreturn]] inline void task_fail(const char* what) { throw std::runtime_error(what); }
+#endif
+
 }  // namespace mpk
+
+// Fully unroll the next loop (its trip count is a compile-time constant): nvcc's and GCC's
+// spellings; g++ -Wall would warn about nvcc's.
+#ifndef MPK_UNROLL
+#if defined(__CUDACC__)
+#define MPK_UNROLL _Pragma("unroll")
+#else
+#define MPK_UNROLL _Pragma("GCC unroll 32")
+#endif
+#endif

@@ -1,0 +1,179 @@
+// linear.cuh: y = x @ W^T (+ residual) for one task's tile: fp32 accumulation, one rounding to T
+// per output. CUDA device code for both backends (runtime/simt.h); linear_with_residual.cuh is
+// the residual variant's entry point into the same kernel.
+//
+// Shapes (2-D tiles, any strides; tile2d in common.cuh):
+//   in(0)  x [B, K]  the whole input rows of this task (the layer never splits K)
+//   in(1)  W [n, K]  this task's rows of the [N, K] weight
+//   out(0) y [B, n]  this task's columns of [B, N]: row stride N when column-split
+//   (residual variant) in(2) r [B, n], added in fp32 before the rounding.
+//
+// Threads: a small-batch GEMV. Warp w of the block owns the column groups w, w + warps, ... of
+// COLS = 4 consecutive output columns (W rows); the warp's 32 lanes split K. Batch rows go in
+// chunks of 8, then 4, 2, 1 (B = 6: 4 + 2; B = 13: 8 + 4 + 1), each a compile-time size, so a
+// lane holds chunk x COLS fp32 partial sums in registers and the inner loop is plain fp32
+// multiply-adds. A last group past n repeats W row n - 1 and stores nothing for it.
+// Loads: the vector path, when x and W have column stride 1 and every row starts 16-byte aligned
+// (pointers and row strides, checked at run time): lane l loads 16 bytes (V = 16 / sizeof(T)
+// elements: 4 fp32, 8 bf16/fp16) of each W row and each x row at k = 32 V j + V l, j = 0, 1, ...
+// (a warp reads 512 contiguous bytes per row per step); the K mod V tail goes one element per
+// lane (k = Kv + l, Kv = K - K mod V). Otherwise the scalar path: lane l reads k = l, l + 32, ...
+// with the tiles' strides.
+// Reduction, per column group: every lane writes its partials to its warp's shared-memory array
+// red[32 outputs][33] (the pad makes both the writes and the reads conflict-free), __syncwarp,
+// lane o < chunk x COLS sums the 32 partials of output o (b = o / COLS, column c0 + o % COLS),
+// adds the residual, rounds once and stores; __syncwarp before the array is reused. So a column
+// group costs 2 warp barriers and no shuffles; warps never wait for one another (no block barrier).
+// Summation order of y[b][j]:
+//   p_l = lane l's partial: its k in increasing order (vector path: the V elements of each load
+//         in order, then its tail element if any), starting from 0;
+//   y   = round_T((((p_0 + p_1) + p_2) + ... + p_31) + r[b][j]).
+// It depends on K, T and the path only: not on how N or B is split into tasks, not on the block
+// size, not on the emulation's thread order (tests/csrc/test_kernels_linear.cpp checks the bits).
+// nvcc contracts each multiply-add into an fma (one rounding, not two); g++ -std=c++17 does not:
+// GPU and CPU bits may differ, both within the budget (K + 1) u_fp32 sum |x w| + u_T |y|.
+// Shared memory: (blockDim.x / 32) x 32 x 33 floats at offset 0 of the dynamic shared memory
+// (16.5 KiB for 128 threads, 33 KiB for 256).
+// Not here (future variants): tensor cores (mma.sync / ldmatrix need CPU-emulated wrappers
+// first, runtime/simt.h), cp.async staging of x in shared memory (x is re-read from L1/L2 by
+// every column group: 4 W rows per pass over x).
+// Test: tests/csrc/test_kernels_linear.cpp (against fp64 loops; bits across seeds, block sizes
+//       and splits), tests/runtime_python/linear/ and tests/runtime_python/test_mode/test_qwen3_mlp.py
+// Run:  bash tests/csrc/run_kernel_tests.sh test_kernels_linear
+#pragma once
+#include "common.cuh"
+
+namespace mpk {
+
+// ---- kernel
+namespace linear_detail {
+
+constexpr int COLS = 4;                       // output columns (W rows) per warp per group
+constexpr int RED_STRIDE = 33;                // floats per output in the reduction array
+constexpr int RED_FLOATS = 32 * RED_STRIDE;   // per warp: up to 32 outputs x 32 lanes, padded
+
+// One chunk of ROWS batch rows (x, r, y point at its first row), every column of the tile.
+template <typename T, int ROWS, bool VEC>
+MPK_DEVICE void rows_chunk(const T* x, const Tile2D& xt, const T* w, const Tile2D& wt, const T* r, const Tile2D& rt,
+                           T* y, const Tile2D& yt, float* red) {
+    constexpr int V = PACK16<T>;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    const int64_t n = yt.cols, k_len = xt.cols;
+    const int64_t k_vec = VEC ? k_len / V * V : 0;  // [0, k_vec): 16-byte loads
+    for (int64_t c0 = int64_t(warp) * COLS; c0 < n; c0 += int64_t(warps) * COLS) {
+        const T* wr[COLS];
+        MPK_UNROLL
+        for (int c = 0; c < COLS; ++c) wr[c] = w + (c0 + c < n ? c0 + c : n - 1) * wt.row_stride;
+        float acc[ROWS][COLS];
+        MPK_UNROLL
+        for (int b = 0; b < ROWS; ++b)
+            MPK_UNROLL
+            for (int c = 0; c < COLS; ++c) acc[b][c] = 0.0f;
+
+        if constexpr (VEC) {
+            for (int64_t k = int64_t(lane) * V; k < k_vec; k += 32 * V) {
+                float wf[V][COLS];  // [element][column]: the column loop below is innermost
+                MPK_UNROLL
+                for (int c = 0; c < COLS; ++c) {
+                    const Pack<T, V> q = load_pack<T, V>(wr[c] + k);
+                    MPK_UNROLL
+                    for (int i = 0; i < V; ++i) wf[i][c] = to_float(q.e[i]);
+                }
+                MPK_UNROLL
+                for (int b = 0; b < ROWS; ++b) {
+                    const Pack<T, V> q = load_pack<T, V>(x + b * xt.row_stride + k);
+                    MPK_UNROLL
+                    for (int i = 0; i < V; ++i) {
+                        const float xv = to_float(q.e[i]);
+                        // Not forced to unroll: g++ -O2 vectorizes this loop (one 4-wide multiply-add
+                        // over the COLS columns, same order per output); nvcc unrolls it anyway
+                        // (ptxas: no stack frame, so acc stays in registers).
+                        for (int c = 0; c < COLS; ++c) acc[b][c] += xv * wf[i][c];
+                    }
+                }
+            }
+        }
+        // the scalar path, or the vector path's tail (fewer than V elements)
+        for (int64_t k = k_vec + lane; k < k_len; k += 32) {
+            float wf[COLS];
+            MPK_UNROLL
+            for (int c = 0; c < COLS; ++c) wf[c] = to_float(wr[c][k * wt.col_stride]);
+            MPK_UNROLL
+            for (int b = 0; b < ROWS; ++b) {
+                const float xv = to_float(x[b * xt.row_stride + k * xt.col_stride]);
+                for (int c = 0; c < COLS; ++c) acc[b][c] += xv * wf[c];  // vectorized by g++ as above
+            }
+        }
+
+        MPK_UNROLL
+        for (int b = 0; b < ROWS; ++b)
+            MPK_UNROLL
+            for (int c = 0; c < COLS; ++c) red[(b * COLS + c) * RED_STRIDE + lane] = acc[b][c];
+        __syncwarp();
+        if (lane < ROWS * COLS && c0 + lane % COLS < n) {
+            const int b = lane / COLS;
+            const int64_t col = c0 + lane % COLS;
+            const float* p = red + lane * RED_STRIDE;
+            float sum = p[0];
+            for (int l = 1; l < 32; ++l) sum += p[l];  // lane order
+            if (r) sum += to_float(r[b * rt.row_stride + col * rt.col_stride]);
+            y[b * yt.row_stride + col * yt.col_stride] = from_float<T>(sum);
+        }
+        __syncwarp();  // every lane has read red before the next group overwrites it
+    }
+}
+
+template <typename T, bool VEC>
+MPK_DEVICE void all_rows(const T* x, const Tile2D& xt, const T* w, const Tile2D& wt, const T* r, const Tile2D& rt,
+                         T* y, const Tile2D& yt, float* red) {
+    // Chunks of 8, then 4, 2, 1 rows; every thread takes the same branches (uniform).
+    for (int64_t b0 = 0; b0 < yt.rows;) {
+        const int64_t left = yt.rows - b0;
+        const T* xb = x + b0 * xt.row_stride;
+        const T* rb = r ? r + b0 * rt.row_stride : nullptr;
+        T* yb = y + b0 * yt.row_stride;
+        if (left >= 8) {
+            rows_chunk<T, 8, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red);
+            b0 += 8;
+        } else if (left >= 4) {
+            rows_chunk<T, 4, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red);
+            b0 += 4;
+        } else if (left >= 2) {
+            rows_chunk<T, 2, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red);
+            b0 += 2;
+        } else {
+            rows_chunk<T, 1, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red);
+            b0 += 1;
+        }
+    }
+}
+
+// Every row of a 2-D tile starts 16-byte aligned and its elements are contiguous.
+// (common.cuh's packable also wants cols % V == 0; here the K mod V tail goes element-wise.)
+template <typename T> MPK_DEVICE MPK_INLINE bool rows_aligned16(const T* p, const Tile2D& t) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && t.col_stride == 1 &&
+           (t.rows <= 1 || t.row_stride % PACK16<T> == 0);
+}
+
+}  // namespace linear_detail
+
+// y = x @ W^T (+ residual when `residual` is not null): the kernel of linear_task and
+// linear_with_residual_task. Every thread of the block calls it.
+template <typename T>
+MPK_DEVICE void linear_tile(const TaskView& v, const T* residual, const Tile2D& rt) {
+    using namespace linear_detail;
+    const Tile2D xt = tile2d(v.in_tile(0)), wt = tile2d(v.in_tile(1)), yt = tile2d(v.out_tile(0));
+    const T* x = v.in<const T>(0);
+    const T* w = v.in<const T>(1);
+    T* y = v.out<T>(0);
+    float* red = smem<float>(size_t(threadIdx.x / 32) * RED_FLOATS * sizeof(float), RED_FLOATS);
+    if (rows_aligned16(x, xt) && rows_aligned16(w, wt))
+        all_rows<T, true>(x, xt, w, wt, residual, rt, y, yt, red);
+    else
+        all_rows<T, false>(x, xt, w, wt, residual, rt, y, yt, red);
+}
+
+// ---- dispatch
+template <typename T> MPK_DEVICE void linear_task(const TaskView& v) { linear_tile<T>(v, nullptr, Tile2D{}); }
+
+}  // namespace mpk
