@@ -49,6 +49,48 @@ MPK_DEVICE MPK_INLINE float block_sum(float x, size_t smem_offset) {
     return total;
 }
 
+// ---- packed access: N consecutive elements moved as one N * sizeof(T)-byte access
+// (N = PACK16<T>: one 128-bit load or store; N = 1: the scalar access, any column stride).
+template <typename T, int N> struct alignas(sizeof(T) * N) Pack {
+    T e[N];
+};
+template <typename T> constexpr int PACK16 = static_cast<int>(16 / sizeof(T));
+
+template <typename T, int N> MPK_DEVICE MPK_INLINE Pack<T, N> load_pack(const T* p) {
+    return *reinterpret_cast<const Pack<T, N>*>(p);
+}
+template <typename T, int N> MPK_DEVICE MPK_INLINE void store_pack(T* p, const Pack<T, N>& x) {
+    *reinterpret_cast<Pack<T, N>*>(p) = x;
+}
+
+// True when tile t at p can be read or written in Pack<T, N> units along its rows: unit column
+// stride, cols a multiple of N, and every row start N * sizeof(T)-aligned (p aligned and the row
+// stride a multiple of N). Checked at run time: a tile may start at any element.
+template <int N, typename T> MPK_DEVICE MPK_INLINE bool packable(const T* p, const Tile2D& t) {
+    if (N == 1) return true;
+    return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * N) == 0 && t.cols % N == 0 &&
+           t.col_stride == 1 && (t.rows <= 1 || t.row_stride % N == 0);
+}
+
+// Calls f(row, chunk) for this thread's share of a [rows, chunks] grid of work items walked in
+// row-major order, blockDim.x items apart (thread t: items t, t + blockDim.x, ...): consecutive
+// threads take consecutive chunks of a row, so their accesses coalesce, and short rows still
+// keep every thread busy. Steps without a division: (row, chunk) advances by (dr, dc).
+template <typename F> MPK_DEVICE MPK_INLINE void for_each_chunk(int64_t rows, int64_t chunks, F&& f) {
+    if (rows <= 0 || chunks <= 0) return;
+    const int64_t step = blockDim.x, dr = step / chunks, dc = step % chunks;
+    int64_t r = threadIdx.x / chunks, c = threadIdx.x % chunks;
+    while (r < rows) {
+        f(r, c);
+        r += dr;
+        c += dc;
+        if (c >= chunks) {
+            c -= chunks;
+            ++r;
+        }
+    }
+}
+
 // ---- a precondition that does not hold (a task table its layer could not have built)
 
 // The CPU backend throws std::runtime_error(what), which the executor reports naming the task;
