@@ -123,7 +123,7 @@ typedef struct {
     void* const* peer_tensor_ptrs;    // [world_size * num_tensors]: rank r's base of tensor t at
                                       // r * num_tensors + t; NULL entries: not symmetric. NULL: none
     int64_t* const* peer_signal_ptrs; // [world_size]: each rank's signal counters (NULL if no slots)
-    int32_t num_signal_slots;         // signal slots per rank (layout: csrc/tasks/cpu/allreduce.h)
+    int32_t num_signal_slots;         // signal slots per rank (layout: csrc/tasks/allreduce.cuh)
     // The worker block every task kernel runs on (docs/simt.md): its threads (a multiple of 32)
     // and its dynamic shared memory in bytes.
     int32_t worker_threads;

@@ -10,7 +10,7 @@
 //   bf16: every NaN -> 0xFFFF (c10's scalar path gives 0x7FC0; torch disagrees with itself)
 //   fp16: sign | 0x7E00 | top 10 payload bits (F16C vcvtps2ph); fp16 -> fp32 sets the quiet bit.
 // Under nvcc the CUDA intrinsics are used; they agree except for NaN bits.
-// Test: tests/csrc/test_kernels.cpp ("dtype" checks); run: bash tests/csrc/run_kernel_tests.sh
+// Test: tests/csrc/test_kernels_dtypes.cpp; run: bash tests/csrc/run_kernel_tests.sh test_kernels_dtypes
 #pragma once
 #include <stdint.h>
 #include <string.h>

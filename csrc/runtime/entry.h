@@ -14,6 +14,12 @@
 #if defined(MPK_BACKEND_CUDA)
 #error "runtime/entry.h: the CUDA executor is not written yet; build with MPK_BACKEND_CPU"
 #endif
+#if defined(__CUDACC__)
+// Under nvcc (until the persistent GPU executor exists: docs/simt.md) the generated module is
+// the dispatcher and its kernels as device code, plus a one-task launcher for checking kernels
+// on a GPU; the CPU executor's entry points below are host-backend only.
+#include "entry_cuda.h"
+#else
 #include <string.h>
 #include <new>
 #include <string>
@@ -255,3 +261,5 @@ MPK_EXPORT int64_t mpk_iterations(void* handle) {
 }
 
 MPK_EXPORT void mpk_finalize(void* handle) { delete static_cast<mpk::Kernel*>(handle); }
+
+#endif  // __CUDACC__

@@ -39,7 +39,10 @@ template <typename T> MPK_DEVICE MPK_INLINE T* smem(size_t byte_offset, size_t /
 }
 }  // namespace mpk
 #define MPK_RUN_TASK(v, ...) (__VA_ARGS__)(v)
+// The generated dispatcher (mirage/mpk/codegen.py) is device code under nvcc.
+#define MPK_DISPATCH __device__ inline
 
 #else
 #include "simt_cpu.h"
+#define MPK_DISPATCH inline
 #endif

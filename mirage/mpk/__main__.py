@@ -56,7 +56,7 @@ def check_kernel_sources() -> int:
     print(f"kernel sources: {root} ({where})")
     missing = [(f"runtime header {h}", h) for h in build.REQUIRED_HEADERS]
     stems = sorted(m.name for m in pkgutil.iter_modules(layers.__path__) if not m.name.startswith("_"))
-    missing += [(f"layer '{s}' (mirage/mpk/layers/{s}.py): kernel header tasks/cpu/{s}.h", f"tasks/cpu/{s}.h")
+    missing += [(f"layer '{s}' (mirage/mpk/layers/{s}.py): kernel tasks/{s}.cuh", f"tasks/{s}.cuh")
                 for s in stems]
     problems = [f"PROBLEM {what} is missing from {root} ({where}); fix: {fix}"
                 for what, rel in missing if not os.path.isfile(os.path.join(root, rel))]

@@ -29,6 +29,7 @@ int32 = DType("int32", torch.int32, "int32_t", 4, 0.0)
 int64 = DType("int64", torch.int64, "int64_t", 8, 0.0)
 
 ALL = (bfloat16, float16, float32, int32, int64)
+FLOATS = (bfloat16, float16, float32)     # what every float layer's kernel is instantiated for
 _BY_TORCH = {d.torch: d for d in ALL}
 _BY_NAME = {d.name: d for d in ALL}
 

@@ -212,7 +212,7 @@ def _label(tasks: list[Task], tid: int) -> str:
 # ---- cross-rank signal slots ----------------------------------------------------------------
 
 def _assign_signals(graph: Graph) -> None:
-    """One slot per distinct tile of a symmetric buffer (csrc/tasks/cpu/allreduce.h); tasks of
+    """One slot per distinct tile of a symmetric buffer (csrc/tasks/allreduce.cuh); tasks of
     layers that share the tile use its slot in program order, which the local dependencies on
     the buffer (a write) enforce on every rank alike."""
     slots: dict[tuple[int, Box], list[Task]] = {}

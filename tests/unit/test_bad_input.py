@@ -352,3 +352,19 @@ def test_meta_override_on_wrong_device():
 def test_non_positive_params(key, value):
     with pytest.raises(ValueError, match=f"PersistentKernel: {key} must be a positive int, got {value!r}"):
         new_pk(**{key: value})
+
+
+def test_linear_in_place_is_refused():
+    """The kernel reads whole input (and weight) rows while other threads store outputs."""
+    pk = new_pk()
+    x = pk.attach_input(torch.zeros(4, 8), name="x")
+    w = pk.attach_input(torch.zeros(8, 8), name="w")
+    r = pk.attach_input(torch.zeros(4, 8), name="r")
+    with pytest.raises(ValueError, match=r"layer 'linear_0': output 'x' shares storage with the input 'x': "
+                                         r"a linear cannot run in place"):
+        pk.linear_layer(input=x, weight=w, output=x, grid_dim=(1, 1, 1), block_dim=BLOCK)
+    square = pk.attach_input(torch.zeros(8, 8), name="square")
+    with pytest.raises(ValueError, match=r"output 'w' shares storage with the weight 'w'"):
+        pk.linear_layer(input=square, weight=w, output=w, grid_dim=(1, 1, 1), block_dim=BLOCK)
+    pk.linear_with_residual_layer(input=x, weight=w, residual=r, output=r, grid_dim=(2, 1, 1),
+                                  block_dim=BLOCK)          # the residual may be the output

@@ -214,7 +214,7 @@ def test_broken_header_raises_mpk_compile_error(tmp_path, monkeypatch):
     monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path / "cache"))
     copy = tmp_path / "csrc"
     shutil.copytree(build.csrc_dir(), copy)
-    header = copy / "tasks" / "cpu" / "identity.h"
+    header = copy / "tasks" / "identity.cuh"
     header.write_text(header.read_text() + "\nint this_header_is_broken(;\n")
     monkeypatch.setenv("MPK_CSRC_DIR", str(copy))
     pk = join_kernel()
@@ -223,9 +223,9 @@ def test_broken_header_raises_mpk_compile_error(tmp_path, monkeypatch):
     err = e.value
     assert err.command[0] == COMPILER and str(copy) in err.command
     first = err.errors.splitlines()[0]
-    assert "identity.h" in first and "error" in first, err.errors
+    assert "identity.cuh" in first and "error" in first, err.errors
     assert os.path.isfile(err.source_path) and err.source_path.endswith(".cu")
-    assert '#include "tasks/cpu/identity.h"' in open(err.source_path).read()
+    assert '#include "tasks/identity.cuh"' in open(err.source_path).read()
     assert f"kept source: {err.source_path}" in str(err) and "first errors:" in str(err)
     # nothing was loaded: the kernel cannot run
     with pytest.raises(RuntimeError, match=r"pk\(\) called before compile\(\)"):
@@ -338,7 +338,7 @@ def test_generated_source_header_says_how_to_build_it(tmp_path):
     lines = src.splitlines()
     i = next(k for k, line in enumerate(lines) if line.startswith("// Build by hand: "))
     headers = lines[i - 1].strip("/ .").split(", ")
-    assert headers == ["runtime/runtime.h", "tasks/cpu/identity.h", "runtime/entry.h"], headers
+    assert headers == ["runtime/runtime.h", "tasks/identity.cuh", "runtime/entry.h"], headers
     assert all(os.path.isfile(os.path.join(build.csrc_dir(), h)) for h in headers)
     cmd = (lines[i][len("// Build by hand: "):] + " " + lines[i + 1].lstrip("/ ").split("(")[0]).split()
     cmd = [{"<csrc>": build.csrc_dir(), "<this": pk.output_files[0], "file>": None,

@@ -45,23 +45,23 @@ def test_doctor_passes_on_this_install(capsys, monkeypatch):
 
 
 def test_doctor_names_a_missing_task_header_and_its_layer(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("MPK_CSRC_DIR", csrc_copy(tmp_path, "tasks/cpu/rmsnorm.h"))
+    monkeypatch.setenv("MPK_CSRC_DIR", csrc_copy(tmp_path, "tasks/rmsnorm.cuh"))
     code, out = doctor(capsys)
     problems = [line for line in out.splitlines() if line.startswith("PROBLEM")]
     print(f"EVIDENCE doctor exit {code}, problems: {problems}")
     assert code == 1 and len(problems) == 1
-    assert "layer 'rmsnorm'" in problems[0] and "tasks/cpu/rmsnorm.h" in problems[0]
+    assert "layer 'rmsnorm'" in problems[0] and "tasks/rmsnorm.cuh" in problems[0]
     assert "(MPK_CSRC_DIR)" in problems[0] and "fix:" in problems[0]
 
 
 def test_doctor_names_a_missing_included_header(tmp_path, capsys, monkeypatch):
-    # tile2d.h belongs to no layer: only the task headers that include it show it is needed.
-    monkeypatch.setenv("MPK_CSRC_DIR", csrc_copy(tmp_path, "tasks/cpu/tile2d.h"))
+    # common.cuh belongs to no layer: only the kernels that include it show it is needed.
+    monkeypatch.setenv("MPK_CSRC_DIR", csrc_copy(tmp_path, "tasks/common.cuh"))
     code, out = doctor(capsys)
     problems = [line for line in out.splitlines() if line.startswith("PROBLEM")]
-    print(f"EVIDENCE doctor exit {code}, {len(problems)} problem line(s) naming tile2d.h")
-    assert code == 1 and problems and all('includes "tile2d.h"' in p for p in problems)
-    assert any(p.startswith("PROBLEM tasks/cpu/rmsnorm.h includes") for p in problems)
+    print(f"EVIDENCE doctor exit {code}, {len(problems)} problem line(s) naming common.cuh")
+    assert code == 1 and problems and all('includes "common.cuh"' in p for p in problems)
+    assert any(p.startswith("PROBLEM tasks/rmsnorm.cuh includes") for p in problems)
 
 
 def test_doctor_with_an_empty_override(tmp_path, capsys, monkeypatch):
@@ -77,7 +77,7 @@ def test_doctor_exit_status_from_the_command_line(tmp_path):
     # the same mirage as this process, from a directory outside the checkout
     here = os.path.dirname(os.path.dirname(os.path.abspath(mirage.__file__)))
     path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
-    env = dict(os.environ, MPK_CSRC_DIR=csrc_copy(tmp_path, "tasks/cpu/silu_mul.h"), PYTHONPATH=path)
+    env = dict(os.environ, MPK_CSRC_DIR=csrc_copy(tmp_path, "tasks/silu_mul.cuh"), PYTHONPATH=path)
     proc = subprocess.run([sys.executable, "-m", "mirage.mpk", "doctor"], capture_output=True, text=True,
                           env=env, cwd=str(tmp_path), timeout=120)
     print(f"$ MPK_CSRC_DIR={env['MPK_CSRC_DIR']} python -m mirage.mpk doctor -> exit {proc.returncode}\n"

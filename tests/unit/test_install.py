@@ -22,8 +22,8 @@ from mirage.mpk import build
 from mirage.mpk.errors import MPKInstallError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TASK_HEADERS = sorted(f"tasks/cpu/{f}" for f in os.listdir(os.path.join(REPO, "csrc", "tasks", "cpu"))
-                      if f.endswith(".h"))
+TASK_HEADERS = sorted(f"tasks/{f}" for f in os.listdir(os.path.join(REPO, "csrc", "tasks"))
+                      if f.endswith(".cuh"))
 # pip and setuptools write to the checkout's build/ and *.egg-info: one such build at a time here.
 BUILD_LOCK = os.path.join(tempfile.gettempdir(),
                           f"mpk-install-test-{hashlib.sha256(REPO.encode()).hexdigest()[:12]}.lock")

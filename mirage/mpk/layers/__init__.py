@@ -52,7 +52,7 @@ class Layer:
 
     @property
     def cpp_function(self) -> str:
-        return f"mpk::{self.kind}_task<{', '.join(d.cpp for d in self.template)}>"
+        return kernel_function(self.kind, self.template)
 
     @property
     def task_type(self) -> int:
@@ -61,6 +61,11 @@ class Layer:
     @property
     def num_tasks(self) -> int:
         return self.grid[0] * self.grid[1] * self.grid[2]
+
+
+def kernel_function(kind: str, template: tuple[DType, ...]) -> str:
+    """The C++ task kernel a layer kind runs for these template dtypes (csrc/tasks/<kind>.cuh)."""
+    return f"mpk::{kind}_task<{', '.join(d.cpp for d in template)}>"
 
 
 def task_type_of(kind: str) -> int:
@@ -105,6 +110,11 @@ def check_tensor(layer: str, role: str, t: object, *, ndim: int | None = None,
             raise ValueError(f"layer '{layer}': tensor '{t.name}' ({role}) has dtype {t.dtype.name}, "
                              f"expected {' or '.join(d.name for d in allowed)}")
     return t
+
+
+def storage(t: DTensor) -> set[str]:
+    """Names of the storage-owning tensors behind `t` (a fused view: its sources)."""
+    return {s.name for s in t.sources} if t.kind == FUSED else {t.name}
 
 
 def check_grid(layer: str, grid_dim: object, block_dim: object) -> tuple[int, int, int]:

@@ -1,7 +1,7 @@
 """allreduce_layer: output = sum over the ranks of input, in fp32 and rank order; grid.x splits H.
 
 input [B, H], buffer [W, B, H] (symmetric: new_tensor(..., io_category="nvshmem_tensor")),
-output [B, H]; W = world_size. Kernel: csrc/tasks/cpu/allreduce.h (the put/signal/wait
+output [B, H]; W = world_size. Kernel: csrc/tasks/allreduce.cuh (the put/signal/wait
 protocol and why a fast rank never overwrites a slot a slow one still reads).
 
 Every rank writes the buffer, so it is an output the layer does not declare written: it
@@ -10,7 +10,7 @@ never poisoned or checked for unwritten elements, since peers write it when they
 """
 from __future__ import annotations
 
-from ..dtypes import bfloat16, float16, float32
+from ..dtypes import FLOATS
 from ..tensor import SYMMETRIC
 from . import (
     DEFAULT_CHECKS,
@@ -26,7 +26,6 @@ from . import (
 
 TASK_TYPE = 302          # MPK's TASK_NVSHMEM_TILE_ALLREDUCE
 
-FLOATS = (bfloat16, float16, float32)
 
 
 def allreduce_layer(pk, name: str, input, buffer, output, grid_dim, block_dim) -> Layer:

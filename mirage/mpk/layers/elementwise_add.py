@@ -1,16 +1,15 @@
 """elementwise_add_layer: out = a + b in fp32; grid.x splits rows, grid.y splits columns.
 
-input_a, input_b, output: same shape [B, H]. Kernel: csrc/tasks/cpu/elementwise_add.h.
+input_a, input_b, output: same shape [B, H]. Kernel: csrc/tasks/elementwise_add.cuh.
 """
 from __future__ import annotations
 
-from ..dtypes import bfloat16, float16, float32
+from ..dtypes import FLOATS
 from . import Layer, check_grid, check_splits, check_tensor
 from ._elementwise import tiled_2d
 
 TASK_TYPE = 281          # MPK's TASK_ELEMENTWISE_ADD_SM100
 
-FLOATS = (bfloat16, float16, float32)
 
 
 def elementwise_add_layer(pk, name: str, input_a, input_b, output, grid_dim, block_dim) -> Layer:

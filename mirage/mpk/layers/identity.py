@@ -3,17 +3,16 @@
 input, output: same shape, 2-D [B, H] or 3-D [B, S, H]. As in MPK, grid.x splits the last dim
 (MPK's partition map (last_dim, -1, -1)); grid.y splitting dim 0 is this project's extension.
 grid.z must be 1: a 3-D tile then keeps its middle dim whole, so its leading dims stay packed
-for the kernel (csrc/tasks/cpu/identity.h). `dependent_tensor` (MPK's keyword, unused there) is
+for the kernel (csrc/tasks/identity.cuh). `dependent_tensor` (MPK's keyword, unused there) is
 read for ordering only: every task waits for all writers of it and copies nothing from it.
 The output equals its input by design, so the 'differs from input' check does not apply.
 """
 from __future__ import annotations
 
-from ..dtypes import bfloat16, float16, float32
+from ..dtypes import FLOATS
 from . import FINITE, NONZERO, NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 
 TASK_TYPE = 121          # MPK's TASK_IDENTITY
-FLOATS = (bfloat16, float16, float32)
 
 
 def identity_layer(pk, name: str, input, output, grid_dim, block_dim, dependent_tensor=None) -> Layer:

@@ -1,15 +1,13 @@
 """linear_layer: y = x @ W^T with fp32 accumulation; grid.x splits N, grid.y splits rows.
 
-input [B, K], weight [N, K] -> output [B, N]. Kernel: csrc/tasks/cpu/linear.h.
+input [B, K], weight [N, K] -> output [B, N]. Kernel: csrc/tasks/linear.cuh.
 """
 from __future__ import annotations
 
-from ..dtypes import bfloat16, float16, float32
-from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
+from ..dtypes import FLOATS
+from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor, storage
 
 TASK_TYPE = 120          # MPK's TASK_LINEAR
-
-FLOATS = (bfloat16, float16, float32)
 
 
 def linear_accesses(name: str, grid, input, weight, output, extra=()) -> tuple[list, list]:
@@ -22,6 +20,11 @@ def linear_accesses(name: str, grid, input, weight, output, extra=()) -> tuple[l
                          f"{x.dims}: weight must be [out_features, {k}]")
     n = w.dims[0]
     y = check_tensor(name, "output", output, dims=(batch, n), dtype=x.dtype)
+    for role, t in (("input", x), ("weight", w)):
+        if storage(t) & storage(y):
+            raise ValueError(f"layer '{name}': output '{y.name}' shares storage with the {role} '{t.name}': "
+                             f"a linear cannot run in place (its kernel reads whole {role} rows while "
+                             f"other threads store outputs); write to another tensor")
     if grid[2] != 1:
         raise ValueError(f"layer '{name}': grid_dim.z must be 1, got {grid}")
     inputs = [Access("input", x, (NOT_SPLIT, 0, NOT_SPLIT)), Access("weight", w, (0, NOT_SPLIT, NOT_SPLIT))]

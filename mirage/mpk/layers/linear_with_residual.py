@@ -1,7 +1,7 @@
 """linear_with_residual_layer: y = x @ W^T + residual (residual on rank 0 only if world_size > 1).
 
 input [B, K], weight [N, K], residual [B, N] -> output [B, N]; grid.x splits N.
-Kernel: csrc/tasks/cpu/linear_with_residual.h.
+Kernel: csrc/tasks/linear_with_residual.cuh.
 """
 from __future__ import annotations
 

@@ -1,15 +1,14 @@
 """rmsnorm_layer: y = x * rsqrt(mean(x^2) + eps) * w, fp32 math; grid.x splits rows.
 
-input [B, H], weight [H] -> output [B, H]. Kernel: csrc/tasks/cpu/rmsnorm.h.
+input [B, H], weight [H] -> output [B, H]. Kernel: csrc/tasks/rmsnorm.cuh.
 """
 from __future__ import annotations
 
-from ..dtypes import bfloat16, float16, float32
+from ..dtypes import FLOATS
 from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 
 TASK_TYPE = 119          # MPK's TASK_RMS_NORM
 
-FLOATS = (bfloat16, float16, float32)
 # Scalar parameters -> the value a kernel that ignored them would in effect use (Layer.scalars);
 # module-level so that tests/unit/test_layer_recipe.py finds the layers whose tests need SCALAR_CASES.
 SCALARS = {"eps": 0.0}

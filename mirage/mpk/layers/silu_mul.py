@@ -2,16 +2,15 @@
 
 input [B, 2I] -> output [B, I]; grid.x = g splits the columns (m = I / g), grid.y splits rows.
 The input must be the gate/up shuffle with num_groups = g: the result depends on g.
-Kernel: csrc/tasks/cpu/silu_mul.h.
+Kernel: csrc/tasks/silu_mul.cuh.
 """
 from __future__ import annotations
 
-from ..dtypes import bfloat16, float16, float32
+from ..dtypes import FLOATS
 from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 
 TASK_TYPE = 118          # MPK's TASK_SILU_MUL
 
-FLOATS = (bfloat16, float16, float32)
 
 
 def silu_mul_layer(pk, name: str, input, output, grid_dim, block_dim) -> Layer:

@@ -5,17 +5,16 @@ splits columns (this project's extension). dummy_input is read so the layer runs
 producer: as in MPK, grid.x splits its rows when it is 2-D with a row count grid.x divides
 (task i waits for the writers of its rows only); otherwise each task waits for all of it,
 which orders more than needed and never less. dummy_output is declared but never written.
-Kernel: csrc/tasks/cpu/tensor_init.h. Zero is the intended result, so only the 'finite'
+Kernel: csrc/tasks/tensor_init.cuh. Zero is the intended result, so only the 'finite'
 check applies.
 """
 from __future__ import annotations
 
-from ..dtypes import bfloat16, float16, float32
+from ..dtypes import FLOATS
 from . import FINITE, NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 from ._elementwise import tiled_2d
 
 TASK_TYPE = 262          # MPK's TASK_TENSOR_INIT
-FLOATS = (bfloat16, float16, float32)
 
 
 def tensor_init_layer(pk, name: str, input, dummy_input, dummy_output, grid_dim, block_dim) -> Layer:

@@ -160,7 +160,7 @@ def test_changed_kernel_sources_are_named(kept, tmp_path, monkeypatch):
     root, declare_graph = kept
     copy = tmp_path / "csrc"
     shutil.copytree(build.csrc_dir(), copy)
-    with open(copy / "tasks" / "cpu" / "rmsnorm.h", "a") as f:
+    with open(copy / "tasks" / "rmsnorm.cuh", "a") as f:
         f.write("\n// an edited kernel\n")
     monkeypatch.setenv("MPK_CSRC_DIR", str(copy))
     pk, *_ = declare_graph.declare()

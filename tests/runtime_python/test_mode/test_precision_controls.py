@@ -2,19 +2,20 @@
 or ignores a scalar parameter, fails its layer test; the unmutated kernel passes the same checks.
 
 Each control copies the kernel sources (mirage.mpk.build.csrc_dir()) to a temporary directory,
-applies ONE exact string replacement to one header (found exactly once, or the test fails: a
-rewritten kernel must update its control rather than make it vacuous) and builds against the copy
-through MPK_CSRC_DIR (the compile cache key hashes the headers, so nothing stale is reused):
+applies ONE exact string replacement to one kernel (found exactly as often as stated, or the test
+fails: a rewritten kernel must update its control rather than make it vacuous) and builds against
+the copy through MPK_CSRC_DIR (the compile cache key hashes the headers, so nothing stale is reused):
 
-  (a) linear.h rounds its fp32 inputs to bf16 before the products; float32, K=4096 (the linear
+  (a) linear.cuh rounds its fp32 inputs to bf16 before the products; float32, K=4096 (the linear
       test's production case): every element stays inside the worst-case bound, the rms ratio
       (mirage.mpk.testing module doc) catches it.
-  (b) rmsnorm.h divides the sum of squares by hidden - 1; float32: the result moves by
+  (b) rmsnorm.cuh divides the sum of squares by hidden - 1; float32: the result moves by
       1/(2 hidden) relative. At hidden=4096 that is the worst-case rtol's reduction term itself
-      (2048 u32 = 2^-13 of 2055 u32 = 1.225e-4): the bias sits on the bound, and only the kernel's
-      own rounding noise pushes a few percent of the elements over it (by < 1%); at hidden=8192
-      (Llama-2-70B) no element leaves the bound. The rms ratio catches both by a wide margin.
-  (c) rmsnorm.h ignores eps (uses 0): every regular case of the rmsnorm test (eps=1e-6) still
+      (2048 u32 = 2^-13 of 2055 u32 = 1.225e-4): the bias sits on the bound, and with the
+      block-reduction kernel's small own error no element leaves it (the former lane-sequential
+      CPU kernel's noise pushed 6.5% of them over, by < 1%); at hidden=8192 (Llama-2-70B) the bias
+      is a quarter of the bound. The rms ratio alone catches both by a wide margin.
+  (c) rmsnorm.cuh ignores eps (uses 0): every regular case of the rmsnorm test (eps=1e-6) still
       passes, so only SCALAR_CASES (testing.check_scalars) can catch it, and each of them does.
 
 The cases are the layer tests' own (their run / run_case), so a control tests what the suite runs.
@@ -40,14 +41,16 @@ LINEAR_CASE = (torch.float32, 16, 4096, 128, (8, 2))    # batch, K, N, grid: the
 
 
 @contextlib.contextmanager
-def mutated_kernels(tmp_path, header: str, old: str, new: str):
-    """Build against a copy of the kernel sources in which `header` has `old` replaced by `new`."""
+def mutated_kernels(tmp_path, kernel: str, old: str, new: str, count: int = 1):
+    """Build against a copy of the kernel sources in which csrc/tasks/`kernel` has each of the
+    `count` occurrences of `old` replaced by `new`."""
     copy = tmp_path / "csrc"
     shutil.copytree(build.csrc_dir(), copy)
-    path = copy / "tasks" / "cpu" / header
+    path = copy / "tasks" / kernel
     text = path.read_text()
-    assert text.count(old) == 1, (f"{header}: the text this control mutates occurs {text.count(old)} times, "
-                                  f"expected once (was the kernel rewritten? update the control): {old!r}")
+    assert text.count(old) == count, (f"{kernel}: the text this control mutates occurs {text.count(old)} "
+                                      f"times, expected {count} (was the kernel rewritten? update the "
+                                      f"control): {old!r}")
     path.write_text(text.replace(old, new))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MPK_CSRC_DIR", str(copy))
@@ -62,14 +65,14 @@ def figures(c: testing.Comparison) -> str:
             f"{testing.RMS_LIMIT:g} (n_eff {c.n_eff:.0f})")
 
 
-def run_control(runner, case, header: str, old: str, new: str, tmp_path, label: str):
+def run_control(runner, case, kernel: str, old: str, new: str, tmp_path, label: str, count: int = 1):
     """Controls (a) and (b): the unmutated kernel passes both checks; return the mutated kernel's
     (comparison, the AssertionError check_output raised for it, its divergence report)."""
     pk, name, out, expected, tol, inputs, *_ = runner.run(*case, jitter=3)
     clean = testing.compare(out, expected, tol)
     testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk)
     assert clean.passed and clean.rms_checked
-    with mutated_kernels(tmp_path, header, old, new):
+    with mutated_kernels(tmp_path, kernel, old, new, count):
         pk, name, out, expected, tol, inputs, *_ = runner.run(*case, jitter=3)
     c = testing.compare(out, expected, tol)
     print(f"CONTROL {label}: clean kernel {figures(clean)}: PASS")
@@ -126,12 +129,11 @@ def test_exact_budgets_small_tensors_and_nan():
 
 def test_linear_rounding_fp32_inputs_to_bf16_is_caught_by_the_rms_ratio(tmp_path):
     assert LINEAR_CASE[1:] in LINEAR.CASES
+    # the 16-byte path's two loads (x and W): the K=4096 fp32 rows are contiguous and aligned
     c, message, report = run_control(
-        LINEAR, LINEAR_CASE, "linear.h",
-        "        for (; c < kp; ++c) d[c] = 0.0f;\n",
-        "        for (; c < kp; ++c) d[c] = 0.0f;\n"
-        "        for (int64_t q = 0; q < k; ++q) d[q] = to_float(from_float<bf16_t>(d[q]));\n",
-        tmp_path, "linear fp32 K=4096 inputs rounded to bf16")
+        LINEAR, LINEAR_CASE, "linear.cuh", "to_float(q.e[i])",
+        "to_float(from_float<bf16_t>(to_float(q.e[i])))",
+        tmp_path, "linear fp32 K=4096 inputs rounded to bf16", count=2)
     assert_caught_by_the_rms_ratio_alone(c, message, "linear_0")
     print(f"DIVERGENCE {report}")
     lines = report.splitlines()
@@ -145,21 +147,20 @@ def test_rmsnorm_dividing_by_hidden_minus_one_is_caught_by_the_rms_ratio(hidden,
     case = (torch.float32, 16, hidden, 16)
     assert hidden != 4096 or case[1:] in RMSNORM.SHAPES
     c, message, _ = run_control(
-        RMSNORM, case, "rmsnorm.h",
+        RMSNORM, case, "rmsnorm.cuh",
         "sum_sq / static_cast<float>(hidden) + eps",
         "sum_sq / static_cast<float>(hidden - 1) + eps",
         tmp_path, f"rmsnorm fp32 hidden={hidden} mean over hidden-1")
-    if hidden == 4096:      # the bias is the bound: only the kernel's own noise crosses it, barely
-        assert c.n_bad < 0.1 * c.diff.numel() and float((c.diff / c.allowed).max()) < 1.05, figures(c)
-        assert re.search(r"Root-mean-square error: [0-9.]+ times its statistical budget \(limit 3\)", message)
-    else:
-        assert_caught_by_the_rms_ratio_alone(c, message, "rmsnorm_0")
+    # At 4096 the bias sits on the bound (worst |diff| / allowed close to 1); the kernel's own error
+    # is too small to push an element over it, so only the rms ratio sees the mutation.
+    assert hidden != 4096 or float((c.diff / c.allowed).max()) > 0.9, figures(c)
+    assert_caught_by_the_rms_ratio_alone(c, message, "rmsnorm_0")
 
 
 def test_rmsnorm_ignoring_eps_passes_every_regular_case_and_fails_every_scalar_case(tmp_path):
     for dtype, case, params in RMSNORM.SCALAR_CASES:       # the unmutated kernel passes them
         RMSNORM.run_case(dtype, *case, jitter=case[0], scalars_required=True, **params)
-    with mutated_kernels(tmp_path, "rmsnorm.h", "static_cast<float>(hidden) + eps)",
+    with mutated_kernels(tmp_path, "rmsnorm.cuh", "static_cast<float>(hidden) + eps)",
                          "static_cast<float>(hidden) + 0.0f)"):
         for dtype in RMSNORM.DTYPES:
             for shape in RMSNORM.SHAPES:

@@ -100,7 +100,7 @@ def test_race_is_counted(tmp_path):
     _show(result)
     assert result.returncode == 0, f"{result.summary}\n{result.stderr[-3000:]}"
     assert len(result.project_reports) >= 1, f"{result.summary}: the dropped dependency raced unseen"
-    assert any("data race" in r and "csrc/tasks/cpu/" in r for r in result.project_reports), \
+    assert any("data race" in r and "csrc/tasks/" in r and ".cuh:" in r for r in result.project_reports), \
         "\n\n".join(result.project_reports)
     assert result.total_reports - len(result.project_reports) >= 1, \
         f"{result.summary}: the race outside the project was not seen (or counted as the project's)"

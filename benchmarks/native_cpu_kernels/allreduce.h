@@ -19,12 +19,12 @@
 //   3. sum in rank order, then sig_r[slot][W] = n (release).
 // One writer per counter, so a store suffices. A wait that gives up (the launch aborts:
 // watchdog) returns at once; the executor then drops the task.
-// Test: tests/runtime_python/allreduce/test_allreduce_testmode.py
-// Run:  mpirun -n 4 python tests/runtime_python/allreduce/test_allreduce_testmode.py
+// Kept only for benchmarks/qwen3_mlp_pass.py (the former native CPU kernel; the mainline runs
+// csrc/tasks/allreduce.cuh).
 #pragma once
 #include <stdexcept>
 #include <string>
-#include "../../runtime/dtypes.h"
+#include "runtime/dtypes.h"
 #include "tile2d.h"
 
 namespace mpk {

@@ -4,9 +4,10 @@
 //   ndim 3/4: leading dims folded into rows, row stride strides[ndim-2]; valid only when
 //             the leading dims are packed (the Python side emits 1-D/2-D tiles for these layers).
 // Element (r, c) of a tile whose pointer is p is p[r * row_stride + c * col_stride].
-// Test: tests/csrc/test_kernels.cpp; run: bash tests/csrc/run_kernel_tests.sh
+// Kept only for benchmarks/qwen3_mlp_pass.py (the former native CPU kernel; the mainline runs
+// csrc/tasks/*.cuh). Its output is compared with the emulated kernel's there.
 #pragma once
-#include "../../runtime/task_view.h"
+#include "runtime/task_view.h"
 
 namespace mpk {
 

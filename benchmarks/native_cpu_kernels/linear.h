@@ -11,13 +11,13 @@
 // Speed: GCC -O2 without -ffast-math does not vectorize a float reduction, so the fast path
 // spells out 4-wide vectors (GCC/Clang vector extensions: SSE on x86-64, NEON on arm64) and
 // computes 2 x rows by 2 W rows per pass (8 vector accumulators, W and x loads shared).
-// Test: tests/csrc/test_kernels.cpp (linear: fast vs reference vs fp64, and a GFLOP/s bench)
-// Run:  bash tests/csrc/run_kernel_tests.sh
+// Kept only for benchmarks/qwen3_mlp_pass.py (the former native CPU kernel; the mainline runs
+// csrc/tasks/*.cuh). Its output is compared with the emulated kernel's there.
 #pragma once
 #include <string.h>
 #include <algorithm>
 #include <vector>
-#include "../../runtime/dtypes.h"
+#include "runtime/dtypes.h"
 #include "tile2d.h"
 
 namespace mpk {

@@ -3,10 +3,11 @@
 // fp32 math (sum of squares in fp32, in order), one rounding to T per output.
 // Shapes: in(0) x [rows, hidden] (row stride strides[0]), in(1) w [hidden] (1-D),
 //         out(0) y [rows, hidden]; eps = fparam(0) (the layer's default is 1e-6).
-// Test: tests/csrc/test_kernels.cpp (rmsnorm); run: bash tests/csrc/run_kernel_tests.sh
+// Kept only for benchmarks/qwen3_mlp_pass.py (the former native CPU kernel; the mainline runs
+// csrc/tasks/*.cuh). Its output is compared with the emulated kernel's there.
 #pragma once
 #include <math.h>
-#include "../../runtime/dtypes.h"
+#include "runtime/dtypes.h"
 #include "tile2d.h"
 
 namespace mpk {

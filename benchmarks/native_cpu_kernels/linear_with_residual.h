@@ -3,7 +3,8 @@
 //         with its own row stride (y's and the residual's are N when column-split).
 // iparam(0) != 0: add the residual (in fp32, before the one rounding to T); 0: y = x @ W^T
 // (with world_size > 1 only rank 0 adds it, so the allreduce sums it once).
-// Test: tests/csrc/test_kernels.cpp (linear_with_residual); run: bash tests/csrc/run_kernel_tests.sh
+// Kept only for benchmarks/qwen3_mlp_pass.py (the former native CPU kernel; the mainline runs
+// csrc/tasks/*.cuh). Its output is compared with the emulated kernel's there.
 #pragma once
 #include "linear.h"
 

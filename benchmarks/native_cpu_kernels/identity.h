@@ -2,9 +2,10 @@
 // works, NaN payloads included.
 // Shapes: in(0) [rows, cols], out(0) [rows, cols], each with its own strides; the extent
 //         is out(0)'s.
-// Test: tests/csrc/test_kernels.cpp (identity); run: bash tests/csrc/run_kernel_tests.sh
+// Kept only for benchmarks/qwen3_mlp_pass.py (the former native CPU kernel; the mainline runs
+// csrc/tasks/*.cuh). Its output is compared with the emulated kernel's there.
 #pragma once
-#include "../../runtime/dtypes.h"
+#include "runtime/dtypes.h"
 #include "tile2d.h"
 
 namespace mpk {

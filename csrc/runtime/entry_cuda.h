@@ -1,0 +1,14 @@
+// entry_cuda.h: what a generated module offers under nvcc until the persistent GPU executor
+// exists (docs/simt.md): every task kernel of the graph compiled as device code behind the
+// generated dispatcher, and one launcher that runs ONE task on one block, so a GPU check can
+// run each kernel where it will run. Included by entry.h; never by hand.
+#pragma once
+#include "runtime.h"
+
+// Run the task `*v` (a TaskView in device memory whose task and pointers are device memory too)
+// on this block: launch with one block of MpkConfig::worker_threads threads and smem_bytes of
+// dynamic shared memory. *status: 0 done, 1 the dispatcher has no such variant.
+extern "C" __global__ void mpk_execute_one(const mpk::TaskView* v, int* status) {
+    const bool ok = MPK_EXECUTE_TASK(*v);
+    if (threadIdx.x == 0) *status = ok ? 0 : 1;
+}

@@ -1,0 +1,134 @@
+"""nvcc builds the task kernels for the GPU: every instantiation the code generator can emit, and a
+generated module (the Qwen3 MLP chain), for sm_80, sm_90a and sm_100a (where this nvcc has it).
+
+The same .cuh files run on the CPU through the SIMT emulation in every other test; this one proves
+they are CUDA that nvcc accepts, and holds each kernel to a resource budget read from
+`-Xptxas -v`: no register spills, no local memory beyond LOCAL_BUDGET (a stack frame means
+local-memory traffic in a hot loop), and it prints registers and shared memory per kernel.
+Skips, saying so, where nvcc is absent. Run: pytest tests/unit/test_nvcc.py -s
+"""
+import re
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from mirage.mpk import build, codegen, layers
+from mirage.mpk.dtypes import FLOATS
+from mirage.mpk.persistent_kernel import PersistentKernel
+
+NVCC = shutil.which("nvcc")
+pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed: the CUDA build of the "
+                                "kernels cannot be checked here (the CPU emulation still runs them)")
+ARCHS = ["sm_80", "sm_90a", "sm_100a"]
+# Bytes of stack frame (local memory) a kernel may use: none, except allreduce's 16: the printf
+# argument buffer of its error path (common.cuh task_fail), never touched on the hot path.
+LOCAL_BUDGET = {"allreduce": 16}
+_FUNC = re.compile(r"Compiling entry function '(\w+)' for '(sm_\w+)'")
+_PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers(?:, used \d+ barriers)?(?:, (\d+) bytes smem)?")
+
+
+def supported_archs() -> list[str]:
+    listed = subprocess.run([NVCC, "--list-gpu-arch"], capture_output=True, text=True).stdout.split()
+    return [a for a in ARCHS if f"compute_{a[3:].rstrip('a')}" in listed]
+
+
+def gencode(archs: list[str]) -> list[str]:
+    return [f for a in archs for f in ("-gencode", f"arch=compute_{a[3:]},code={a}")]
+
+
+def kinds() -> list[str]:
+    import pkgutil
+    return sorted(m.name for m in pkgutil.iter_modules(layers.__path__) if not m.name.startswith("_"))
+
+
+def probe_source() -> str:
+    """A __global__ wrapper per kernel instantiation the code generator can emit (kind x dtype)."""
+    lines = ['#include "runtime/runtime.h"']
+    lines += [f'#include "tasks/{k}.cuh"' for k in kinds()]
+    for k in kinds():
+        for d in FLOATS:
+            fn = layers.kernel_function(k, (d,))
+            lines.append(f"__global__ void probe_{k}_{d.name}(const mpk::TaskView* v) {{ {fn}(*v); }}")
+    return "\n".join(lines) + "\n"
+
+
+def ptxas_report(text: str) -> dict[tuple[str, str], dict]:
+    """(mangled function, arch) -> registers, smem, stack, spill stores/loads from -Xptxas -v."""
+    out, current = {}, None
+    for line in text.splitlines():
+        m = _FUNC.search(line)
+        if m:
+            current = (m.group(1), m.group(2))
+            out[current] = {}
+            continue
+        if current is None:
+            continue
+        if (m := _PROPS.search(line)):
+            out[current].update(stack=int(m.group(1)), spill_stores=int(m.group(2)),
+                                spill_loads=int(m.group(3)))
+        elif (m := _USED.search(line)):
+            out[current].update(registers=int(m.group(1)), smem=int(m.group(2) or 0))
+    return out
+
+
+def nvcc(src_path: str, archs: list[str], out: str) -> str:
+    cmd = [NVCC, "-std=c++17", "-x", "cu", "-c", "-O3", "-Xptxas", "-v", *gencode(archs),
+           "-I", build.csrc_dir(), src_path, "-o", out]
+    print("$", " ".join(cmd))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"nvcc failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}"
+    return proc.stdout + proc.stderr
+
+
+def test_every_kernel_instantiation_builds_within_budget(tmp_path):
+    archs = supported_archs()
+    src = tmp_path / "probe.cu"
+    src.write_text(probe_source())
+    report = ptxas_report(nvcc(str(src), archs, str(tmp_path / "probe.o")))
+    problems = []
+    for k in kinds():
+        for d in FLOATS:
+            for arch in archs:
+                key = next(((f, a) for f, a in report if a == arch and f"probe_{k}_{d.name}" in f), None)
+                assert key is not None, f"no ptxas report for probe_{k}_{d.name} on {arch}"
+                r = report[key]
+                print(f"NVCC {arch} {k}<{d.name}>: {r.get('registers')} registers, {r.get('smem', 0)} B "
+                      f"static smem, {r['stack']} B stack, {r['spill_stores']}/{r['spill_loads']} B "
+                      f"spill st/ld")
+                if r["spill_stores"] or r["spill_loads"]:
+                    problems.append(f"{k}<{d.name}> {arch}: spills {r['spill_stores']}/{r['spill_loads']} B")
+                if r["stack"] > LOCAL_BUDGET.get(k, 0):
+                    problems.append(f"{k}<{d.name}> {arch}: {r['stack']} B stack frame > budget "
+                                    f"{LOCAL_BUDGET.get(k, 0)} B")
+    assert not problems, "\n".join(problems)
+
+
+def test_generated_qwen3_mlp_module_builds(tmp_path):
+    """The generated test_rank0.cu of the gate/up -> silu_mul -> down+residual chain, as nvcc sees it."""
+    pk = PersistentKernel(test_mode=True, num_workers=2)
+    b, h, i, g = 8, 64, 96, 2
+    x = pk.attach_input(torch.zeros(b, h, dtype=torch.bfloat16), name="x")
+    wg = pk.attach_input(torch.zeros(i, h, dtype=torch.bfloat16), name="w_gate")
+    wu = pk.attach_input(torch.zeros(i, h, dtype=torch.bfloat16), name="w_up")
+    wd = pk.attach_input(torch.zeros(h, i, dtype=torch.bfloat16), name="w_down")
+    w = pk.shuffle_tensors([wg, wu], 0, g, name="w_gate_up")
+    mid = pk.new_tensor((b, 2 * i), dtype=torch.bfloat16, name="mlp_mid")
+    act = pk.new_tensor((b, i), dtype=torch.bfloat16, name="silu_out")
+    out = pk.attach_input(torch.zeros(b, h, dtype=torch.bfloat16), name="mlp_out")
+    pk.linear_layer(x, w, mid, (2 * g, 1, 1), (128, 1, 1))
+    pk.silu_mul_layer(mid, act, (g, 1, 1), (128, 1, 1))
+    pk.linear_with_residual_layer(act, wd, x, out, (4, 1, 1), (128, 1, 1))
+    src = codegen.source(codegen.Variants(pk.layers), "cpu")
+    path = tmp_path / "test_rank0.cu"
+    path.write_text(src)
+    text = nvcc(str(path), supported_archs(), str(tmp_path / "module.o"))
+    report = ptxas_report(text)
+    launcher = [key for key in report if "mpk_execute_one" in key[0]]
+    assert sorted(a for _, a in launcher) == sorted(supported_archs()), launcher
+    for (fn, arch), r in sorted(report.items()):
+        print(f"NVCC generated {arch} {fn}: {r.get('registers')} registers, {r['stack']} B stack, "
+              f"{r['spill_stores']} B spill stores")
+        assert r["spill_stores"] == 0 and r["spill_loads"] == 0, (fn, arch, r)
