@@ -29,6 +29,7 @@
 #include "abi.h"
 #include "atomics.h"
 #include "meta.h"
+#include "random.h"
 #include "task_view.h"
 
 namespace mpk {
@@ -125,12 +126,6 @@ inline int64_t worker_queue_capacity(int32_t num_tasks, int32_t num_workers) {
 
 // ---- jitter: a counter-based hash for assignments, a per-worker xorshift for delays
 
-inline uint64_t splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
 inline uint64_t xorshift64(uint64_t* s) {
     uint64_t x = *s;

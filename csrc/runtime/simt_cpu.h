@@ -37,6 +37,7 @@
 #include <type_traits>
 #include "dtypes.h"
 #include "platform.h"
+#include "random.h"
 #include "task_view.h"
 
 // ---- which sanitizer, which context switch
@@ -554,12 +555,6 @@ inline Pool& pool() {
 
 // ---- scheduling
 
-inline uint64_t splitmix(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 inline uint32_t rand32(Sched& s) {  // xorshift64*
     s.rng ^= s.rng >> 12;
     s.rng ^= s.rng << 25;
@@ -1087,7 +1082,7 @@ inline void run(const Block& b, void (*fn)(void*), void* arg) {
     s.cell_lane = p.cells;
     s.fn = fn;
     s.arg = arg;
-    s.rng = splitmix(b.seed) | 1;
+    s.rng = ::mpk::splitmix64(b.seed) | 1;
     s.cur_warp = -1;
     s.yielded = s.exited = 0;
     s.at_barrier = 0;

@@ -33,17 +33,7 @@
 using namespace mpk;
 
 // ---- harness
-static int g_checks = 0, g_failures = 0;
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        ++g_checks;                                                   \
-        if (!(cond)) {                                                \
-            ++g_failures;                                             \
-            printf("  FAIL %s:%d: %s -- ", __FILE__, __LINE__, #cond); \
-            printf(__VA_ARGS__);                                      \
-            printf("\n");                                             \
-        }                                                             \
-    } while (0)
+#include "check.h"
 
 template <class T> struct Dt;  // u: unit roundoff; tiny: half the smallest subnormal
 template <> struct Dt<float> { static constexpr const char* name = "f32"; static constexpr double u = 0x1p-24, tiny = 0x1p-150; };
@@ -543,10 +533,10 @@ int main() {
     test_all<bf16_t>();
     test_all<fp16_t>();
     if (g_failures) {
-        printf("%d of %d check(s) FAILED\n", g_failures, g_checks);
+        printf("%d of %d check(s) FAILED\n", g_failures.load(), g_checks.load());
         return 1;
     }
-    printf("All kernel checks passed: %d checks\n", g_checks);
+    printf("All kernel checks passed: %d checks\n", g_checks.load());
     benchmarks();
     return g_failures ? 1 : 0;
 }

@@ -41,18 +41,7 @@
 
 using namespace mpk;
 
-static int g_checks = 0, g_failures = 0;
-
-#define CHECK(cond, ...)                                                \
-    do {                                                                \
-        ++g_checks;                                                     \
-        if (!(cond)) {                                                  \
-            ++g_failures;                                               \
-            printf("  FAIL %s:%d: %s -- ", __FILE__, __LINE__, #cond); \
-            printf(__VA_ARGS__);                                        \
-            printf("\n");                                               \
-        }                                                               \
-    } while (0)
+#include "check.h"
 
 // ---- dtypes, data
 
@@ -637,9 +626,9 @@ int main() {
         printf("  FAIL: a kernel run threw: %s\n", e.what());
     }
     if (g_failures) {
-        printf("%d of %d kernel checks FAILED\n", g_failures, g_checks);
+        printf("%d of %d kernel checks FAILED\n", g_failures.load(), g_checks.load());
         return 1;
     }
-    printf("All kernel checks passed: %d checks\n", g_checks);
+    printf("All kernel checks passed: %d checks\n", g_checks.load());
     return 0;
 }

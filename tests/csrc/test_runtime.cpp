@@ -80,16 +80,7 @@ inline bool execute_task(const mpk::TaskView& v) {
 
 // ---- harness
 
-static std::atomic<int> g_failures{0};  // test harness only; the runtime has no globals
-#define CHECK(cond, ...)                                                           \
-    do {                                                                           \
-        if (!(cond)) {                                                             \
-            ++g_failures;                                                          \
-            printf("  FAIL %s:%d: %s -- ", __FILE__, __LINE__, #cond);            \
-            printf(__VA_ARGS__);                                                   \
-            printf("\n");                                                          \
-        }                                                                          \
-    } while (0)
+#include "check.h"
 
 static double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

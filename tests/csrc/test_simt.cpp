@@ -23,16 +23,7 @@
 
 // ---- harness
 
-static std::atomic<int> g_failures{0};
-#define CHECK(cond, ...)                                                           \
-    do {                                                                           \
-        if (!(cond)) {                                                             \
-            ++g_failures;                                                          \
-            printf("  FAIL %s:%d: %s -- ", __FILE__, __LINE__, #cond);            \
-            printf(__VA_ARGS__);                                                   \
-            printf("\n");                                                          \
-        }                                                                          \
-    } while (0)
+#include "check.h"
 
 #if defined(__SANITIZE_THREAD__)
 constexpr bool kTsan = true;
