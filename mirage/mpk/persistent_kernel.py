@@ -378,7 +378,7 @@ class PersistentKernel:
         self._allocate_symmetric(graph, config)     # collective: after every rank's compile
         self._runtime = Runtime(module, graph, variants, self._table(), meta, config, self.fault)
         self.graph = graph
-        self._watched = written.watched(graph) if self.test_mode else []
+        self._watched = written.Watched(graph) if self.test_mode else None
 
     def _allocate_symmetric(self, graph, config: dict) -> None:
         """Symmetric tensors and signal counters in node-shared memory (dist.SymmetricHeap)."""
@@ -412,13 +412,13 @@ class PersistentKernel:
                 self._meta_at_first_launch = {k: self.meta_tensors[k].clone() for k in ("step", "tokens")}
             for k, v in self._meta_at_first_launch.items():
                 self.meta_tensors[k].copy_(v)
-            written.poison(self._watched)
+            self._watched.poison()
         passes = self._runtime.launch()
         self.passes = passes
         if self.test_mode:
             if passes != 1:
                 raise MPKRuntimeError(f"test mode ran {passes} passes of the graph; expected exactly 1")
-            written.check_written(self._watched)
+            self._watched.check()
 
     def run(self, **kwargs) -> None:
         """The same as pk(**kwargs) (MPK's newer files call pk.run())."""

@@ -37,21 +37,50 @@ def poisonable(graph: Graph) -> set[int]:
     return {tid for tid, li in first_write.items() if first_read.get(tid, len(graph.layers)) > li}
 
 
-def watched(graph: Graph) -> list:
-    """(task, tile) for every declared output tile of a pure output tensor: what pk() poisons
-    and then checks. Computed once per compiled graph."""
-    targets = poisonable(graph)
-    return [(t, tile) for t in graph.tasks[1:] for tile in t.outputs
-            if tile.declared and tile.tensor.id in targets]
+class Watched:
+    """What pk() poisons and then checks, computed once per compiled graph: per pure-output tensor
+    the union of its declared output tiles (None: the whole tensor), and the (task, tile) pairs
+    that name an unwritten element. Poison and check are whole-tensor operations (two torch calls
+    per tensor, whatever the number of tiles); only a failed check walks the tiles to name them."""
+
+    def __init__(self, graph: Graph):
+        targets = poisonable(graph)
+        self.tiles = [(t, tile) for t in graph.tasks[1:] for tile in t.outputs
+                      if tile.declared and tile.tensor.id in targets]
+        by_tensor: dict[int, list] = {}
+        for _, tile in self.tiles:
+            by_tensor.setdefault(tile.tensor.id, []).append(tile)
+        self.regions = []                     # (tensor, mask or None for all of it)
+        for tiles in by_tensor.values():
+            tensor = tiles[0].tensor
+            mask = torch.zeros(tensor.dims, dtype=torch.bool)
+            for tile in tiles:
+                mask[_slices(tile.box)] = True
+            whole = bool(mask.all())
+            self.regions.append((tensor, None if whole else mask.to(tensor.data.device)))
+
+    def __len__(self) -> int:
+        return len(self.tiles)
+
+    def poison(self) -> None:
+        for tensor, mask in self.regions:
+            bits, sentinel = _bits(tensor.data), SENTINEL[tensor.dtype.itemsize]
+            if mask is None:
+                bits.fill_(sentinel)
+            else:
+                bits.masked_fill_(mask, sentinel)
+
+    def check(self) -> None:
+        """Raise MPKUnwrittenError naming every layer tile that still holds poison."""
+        for tensor, mask in self.regions:
+            left = _bits(tensor.data) == SENTINEL[tensor.dtype.itemsize]
+            if mask is not None:
+                left &= mask
+            if bool(left.any()):
+                _raise_unwritten(self.tiles)
 
 
-def poison(tiles: list) -> None:
-    for _, tile in tiles:
-        _bits(tile.tensor.data)[_slices(tile.box)] = SENTINEL[tile.tensor.dtype.itemsize]
-
-
-def check_written(tiles: list) -> None:
-    """Raise MPKUnwrittenError naming every layer tile that still holds poison."""
+def _raise_unwritten(tiles: list) -> None:
     bad = []
     for t, tile in tiles:
         region = _bits(tile.tensor.data)[_slices(tile.box)]
@@ -60,6 +89,5 @@ def check_written(tiles: list) -> None:
             lo, hi = tile.box
             bad.append(f"layer '{t.layer.name}' task {t.coord}: {left} of {region.numel()} elements of "
                        f"'{tile.tensor.name}'[{', '.join(f'{a}:{b}' for a, b in zip(lo, hi))}] unwritten")
-    if bad:
-        shown = "\n  ".join(bad[:20]) + (f"\n  ... and {len(bad) - 20} more tiles" if len(bad) > 20 else "")
-        raise MPKUnwrittenError(f"{len(bad)} output tile(s) were not written by the run:\n  {shown}")
+    shown = "\n  ".join(bad[:20]) + (f"\n  ... and {len(bad) - 20} more tiles" if len(bad) > 20 else "")
+    raise MPKUnwrittenError(f"{len(bad)} output tile(s) were not written by the run:\n  {shown}")

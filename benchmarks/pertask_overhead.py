@@ -1,0 +1,68 @@
+"""Per-task cost of a test-mode pk(): 4096 one-element identity tasks, 1, 2 and 4 workers, in one run.
+
+For each worker count: the whole pk() (restore meta tensors, poison the outputs, launch, check
+every declared element was written) per task, the launch alone per task (the runtime: queues,
+events, one emulated 128-thread block per task), and, for comparison in the same run, what the
+former per-tile poison + check cost (one torch call per tile and tensor, the way mirage/mpk/written.py
+did it before it became two whole-tensor operations per tensor). Min of --repeat. Not a timed test.
+Run: python benchmarks/pertask_overhead.py [--repeat 5]
+"""
+import argparse
+import os
+import time
+
+import torch
+
+os.environ.setdefault("MPK_LOG_LEVEL", "WARNING")
+
+from mirage.mpk import written  # noqa: E402
+from mirage.mpk.persistent_kernel import PersistentKernel  # noqa: E402
+
+
+def per_tile_poison_and_check(watched: written.Watched) -> None:
+    """The former method: a slice assignment and a comparison per declared tile."""
+    for _, tile in watched.tiles:
+        region = written._bits(tile.tensor.data)[written._slices(tile.box)]
+        region.fill_(written.SENTINEL[tile.tensor.dtype.itemsize])
+    for _, tile in watched.tiles:
+        region = written._bits(tile.tensor.data)[written._slices(tile.box)]
+        int((region == written.SENTINEL[tile.tensor.dtype.itemsize]).sum())
+
+
+def best(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    print(f"4096 identity tasks of one element (64x64 float32, grid 64x64), min of {args.repeat}, "
+          f"{os.cpu_count()} cores")
+    for workers in (1, 2, 4):
+        pk = PersistentKernel(test_mode=True, num_workers=workers, num_local_schedulers=1)
+        x = pk.attach_input(torch.randn(64, 64), name="x")
+        y = pk.attach_input(torch.zeros(64, 64), name="y")
+        pk.identity_layer(x, y, (64, 64, 1), (128, 1, 1))
+        pk.compile()
+        n = len(pk.graph.tasks) - 1
+        whole = best(pk, args.repeat)
+
+        def launch_only():
+            pk.meta_tensors["step"].zero_()          # what pk() restores before each test-mode launch
+            pk._runtime.launch()
+
+        launch = best(launch_only, args.repeat)
+        former = best(lambda: per_tile_poison_and_check(pk._watched), args.repeat)
+        pk.finalize()
+        print(f"  {workers} worker(s): pk() {whole / n * 1e6:5.2f} us/task   launch {launch / n * 1e6:5.2f} "
+              f"us/task   former per-tile poison+check alone {former / n * 1e6:5.2f} us/task")
+
+
+if __name__ == "__main__":
+    main()
