@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from filelock import FileLock
 
-from .errors import MPKCompileError, MPKInstallError
+from .errors import MPKCacheError, MPKCompileError, MPKInstallError
 
 log = logging.getLogger("mirage.mpk")
 
@@ -115,43 +115,107 @@ def cache_key(src: str, compiler: str, fl: list[str], csrc: str) -> str:
     return h.hexdigest()
 
 
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _usable_cache_dir() -> str:
+    """cache_dir(), created if missing; a file there, or a directory this process cannot write, is an
+    MPKCacheError naming the path and where it came from (MPK_CACHE_DIR or the default)."""
+    root = cache_dir()
+    origin = "MPK_CACHE_DIR" if os.environ.get("MPK_CACHE_DIR") else "the default cache directory"
+    if os.path.exists(root) and not os.path.isdir(root):
+        raise MPKCacheError(f"the compile cache {root} ({origin}) is a file, not a directory; point "
+                            f"MPK_CACHE_DIR at a directory")
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as e:
+        raise MPKCacheError(f"cannot create the compile cache {root} ({origin}): {e.strerror}; point "
+                            f"MPK_CACHE_DIR at a writable directory") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise MPKCacheError(f"the compile cache {root} ({origin}) is not writable by this process; point "
+                            f"MPK_CACHE_DIR at a writable directory")
+    return root
+
+
+# A published entry: <key>/module.so and <key>/module.sha256 ("<sha256> <bytes>"), written before the
+# directory is renamed into place, so an entry is whole or absent; every hit checks it.
+_CHECKSUM = "module.sha256"
+
+
+def _verified(entry: str) -> str | None:
+    """The entry's module if its checksum file matches it; a damaged entry is logged and discarded."""
+    so, record = os.path.join(entry, "module.so"), os.path.join(entry, _CHECKSUM)
+    if not os.path.exists(so) and not os.path.exists(record):
+        return None
+    try:
+        with open(record) as f:
+            want_hash, want_size = f.read().split()
+        size = os.path.getsize(so)
+        if size == int(want_size) and sha256_file(so) == want_hash:
+            return so
+        why = (f"module.so ({size} bytes) does not match its record ({want_size} bytes, sha256 "
+               f"{want_hash[:16]}...)")
+    except (OSError, ValueError) as e:
+        why = f"its module or checksum record is unreadable ({e})"
+    log.warning("cache entry %s is damaged (%s): discarding it and rebuilding", entry, why)
+    shutil.rmtree(entry, ignore_errors=True)
+    return None
+
+
 def compile_module(src: str, backend: str = "cpu", test_mode: bool = True, sanitize: str = "",
                    fault_injection: bool = False) -> BuildResult:
     compiler = os.environ.get("MPK_CXX", "g++")
     fl = flags(backend, test_mode, sanitize, fault_injection)
     csrc = csrc_dir()
     key = cache_key(src, compiler, fl, csrc)
-    root = cache_dir()
+    root = _usable_cache_dir()
     final = os.path.join(root, key)
-    so = os.path.join(final, "module.so")
-    os.makedirs(root, exist_ok=True)
     t0 = time.perf_counter()
     with FileLock(os.path.join(root, f"{key}.lock")):
-        if os.path.exists(so):
+        so = _verified(final)
+        if so is not None:
             dt = time.perf_counter() - t0
             log.info("cache hit %s (%s)", key[:16], so)
             return BuildResult(so, key, True, dt, [])
         log.info("compiling %s with %s (cache miss)", key[:16], compiler)
         tmp = os.path.join(root, f"{key}.tmp.{os.getpid()}.{uuid.uuid4().hex}")
-        os.makedirs(tmp)
-        cu = os.path.join(tmp, "module.cu")
-        with open(cu, "w") as f:
-            f.write(src)
-        cmd = [compiler, *fl, "-I", csrc, cu, "-o", os.path.join(tmp, "module.so")]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=_compiler_env())
-        if proc.returncode != 0:
-            kept = os.path.join(root, "failed", f"{key}.cu")
-            os.makedirs(os.path.dirname(kept), exist_ok=True)
-            shutil.copyfile(cu, kept)
-            shutil.rmtree(tmp, ignore_errors=True)
-            errors = "\n".join(line for line in proc.stderr.splitlines() if "error" in line)[:4000]
-            raise MPKCompileError(
-                f"compiling the generated module failed (exit {proc.returncode})\n"
-                f"command: {' '.join(cmd)}\nfirst errors:\n{errors or proc.stderr[:4000]}\n"
-                f"kept source: {kept}", cmd, errors or proc.stderr, kept)
-        if os.path.isdir(final):          # a stale directory without module.so
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        try:
+            os.makedirs(tmp)
+            cu = os.path.join(tmp, "module.cu")
+            with open(cu, "w") as f:
+                f.write(src)
+            cmd = [compiler, *fl, "-I", csrc, cu, "-o", os.path.join(tmp, "module.so")]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=_compiler_env())
+            if proc.returncode != 0:
+                _compile_failed(root, key, cu, cmd, proc)
+            built = os.path.join(tmp, "module.so")
+            with open(os.path.join(tmp, _CHECKSUM), "w") as f:
+                f.write(f"{sha256_file(built)} {os.path.getsize(built)}\n")
+            if os.path.isdir(final):          # a stale directory without a module
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        except OSError as e:
+            origin = "MPK_CACHE_DIR" if os.environ.get("MPK_CACHE_DIR") else "the default cache directory"
+            raise MPKCacheError(f"writing the cache entry {final} failed: {e.strerror or e} (cache {root}, "
+                                f"{origin}); nothing was published, the next run compiles again") from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)      # gone after a publish; a partial build otherwise
         dt = time.perf_counter() - t0
         log.info("compiled %s in %.2f s", key[:16], dt)
-        return BuildResult(so, key, False, dt, cmd)
+        return BuildResult(os.path.join(final, "module.so"), key, False, dt, cmd)
+
+
+def _compile_failed(root: str, key: str, cu: str, cmd: list[str], proc) -> None:
+    kept = os.path.join(root, "failed", f"{key}.cu")
+    os.makedirs(os.path.dirname(kept), exist_ok=True)
+    shutil.copyfile(cu, kept)
+    errors = "\n".join(line for line in proc.stderr.splitlines() if "error" in line)[:4000]
+    raise MPKCompileError(
+        f"compiling the generated module failed (exit {proc.returncode})\n"
+        f"command: {' '.join(cmd)}\nfirst errors:\n{errors or proc.stderr[:4000]}\n"
+        f"kept source: {kept}", cmd, errors or proc.stderr, kept)

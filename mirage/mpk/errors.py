@@ -32,3 +32,7 @@ class GraphError(MPKError):
 
 class MPKInstallError(MPKError):
     """The installation is incomplete (e.g. the kernel sources are missing); the text says where it looked."""
+
+
+class MPKCacheError(MPKError):
+    """The compile cache cannot be used or written; the text names the path and MPK_CACHE_DIR."""

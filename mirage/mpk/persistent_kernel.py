@@ -47,6 +47,18 @@ _IO_CATEGORIES = {"cuda_tensor": NEW, "cpu_tensor": NEW, "nvshmem_tensor": SYMME
                   "symmetric_tensor": SYMMETRIC}
 
 
+def _seed(name: str, value) -> int:
+    """A schedule-jitter seed: an integer in [0, 2^64) (the runtime's seed is a uint64)."""
+    try:
+        seed = int(value) if not isinstance(value, (bool, float)) else None
+    except ValueError:
+        seed = None
+    if seed is None or not 0 <= seed < 2**64:
+        raise ValueError(f"{name}={value!r}: a schedule-jitter seed must be an integer in [0, 2^64) (e.g. "
+                         f"{name}=7); leave it unset for no jitter")
+    return seed
+
+
 def _env_float(name: str, default: float) -> float:
     raw = os.environ.get(name)
     try:
@@ -100,7 +112,9 @@ class PersistentKernel:
         self.watchdog_s = float(watchdog_s) if watchdog_s is not None else _env_float("MPK_WATCHDOG_S", 30.0)
         env_jitter = os.environ.get("MPK_SCHEDULE_JITTER", "")
         if schedule_jitter is None and env_jitter != "":
-            schedule_jitter = int(env_jitter)
+            schedule_jitter = _seed("MPK_SCHEDULE_JITTER", env_jitter)
+        elif schedule_jitter is not None:
+            schedule_jitter = _seed("schedule_jitter", schedule_jitter)
         self.schedule_jitter = schedule_jitter
         self.sanitize = os.environ.get("MPK_SANITIZE", "")
         self.fault = fault if fault is not None else faults.from_env()

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 
+from .build import sha256_file
 from .errors import MPKRuntimeError
 
 FORMAT = 1
@@ -29,14 +30,6 @@ def paths(output_dir: str, rank: int) -> dict[str, str]:
     return {"module": os.path.join(output_dir, f"mpk_module_rank{rank}.so"),
             "metadata": os.path.join(output_dir, f"kernel_metadata_rank{rank}.json"),
             "graph": os.path.join(output_dir, f"task_graph_rank{rank}.json")}
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def graph_sha256(graph_json: dict) -> str:
