@@ -1,4 +1,4 @@
-"""python -m mirage.mpk doctor | cache [list|clear|path] | inspect <task_graph.json>"""
+"""python -m mirage.mpk doctor | cache [list|clear|path] | inspect <task_graph.json or output_dir>"""
 from __future__ import annotations
 
 import os
@@ -11,24 +11,76 @@ import sys
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
+def _tool_version(path: str, *args: str) -> str:
+    out = subprocess.run([path, *args], capture_output=True, text=True).stdout
+    lines = out.splitlines() or ["?"]
+    return next((x for x in lines if "release" in x), lines[0]).strip()
+
+
+def _report(kind: str, what: str, detail: str, fix: str = "") -> None:
+    """One doctor line: OK, NOTE (optional and absent) or PROBLEM (required), with the fix."""
+    print(f"{kind:7s} {what}: {detail}{f'; fix: {fix}' if fix else ''}")
+
+
 def doctor() -> int:
+    """Report the toolchain, MPI, the GPU, sanitizer runtimes, the cache and the kernel sources, each
+    missing piece with its fix. Exit 1 when a required one (compiler, kernel sources, cache) is missing."""
     import torch
 
     import mirage
 
-    from .build import cache_dir
+    from . import build, sanitize
+    from .errors import MPKCacheError
 
     print(f"mirage {mirage.__version__}, torch {torch.__version__}, python {sys.version.split()[0]}")
-    for tool in (os.environ.get("MPK_CXX", "g++"), "nvcc"):
-        path = shutil.which(tool)
-        out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout if path else ""
-        lines = out.splitlines() or ["not found"]
-        version = next((x for x in lines if "release" in x), lines[0])
-        print(f"{tool}: {path or '-'} ({version})")
-    print(f"CUDA available to torch: {torch.cuda.is_available()}")
+    problems = 0
+    cxx = os.environ.get("MPK_CXX", "g++")
+    path = shutil.which(cxx)
+    if path:
+        _report("OK", f"host compiler {cxx}", f"{path} ({_tool_version(path, '--version')})")
+    else:
+        problems += 1
+        _report("PROBLEM", f"host compiler {cxx}", "not found on PATH: the CPU backend cannot build modules",
+                "install g++ (apt-get install g++) or set MPK_CXX to a C++17 compiler")
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        archs = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True).stdout.split()
+        _report("OK", "nvcc", f"{nvcc} ({_tool_version(nvcc, '--version')}); archs {' '.join(archs) or '?'}")
+    else:
+        _report("NOTE", "nvcc", "not found: the CUDA build of the kernels is not checked (tests/unit/"
+                "test_nvcc.py skips); the CPU backend does not need it", "install the CUDA toolkit")
+    try:
+        from mpi4py import MPI  # noqa: F401  (import only: checks the extra is installed)
+
+        from .testing import mpiexec
+        _report("OK", "MPI", f"mpi4py {sys.modules['mpi4py'].__version__}, mpiexec {mpiexec()}")
+    except (ImportError, FileNotFoundError) as e:
+        _report("NOTE", "MPI", f"{e}: multi-rank runs (world_size > 1) and their tests are unavailable",
+                "pip install 'mirage-mpk[mpi]' (mpi4py and MPICH from PyPI, no root needed)")
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        _report("OK", "GPU", f"{torch.cuda.device_count()} x {props.name}, cc {props.major}.{props.minor}, "
+                f"{props.multi_processor_count} SMs")
+    else:
+        _report("NOTE", "GPU", "none visible to torch: the CPU backend runs everything (CUDA kernels through "
+                "the SIMT emulation); GPU-only tests skip")
+    for kind in ("thread", "address"):
+        try:
+            _report("OK", f"{kind} sanitizer runtime", sanitize.runtime_library(kind))
+        except (FileNotFoundError, subprocess.CalledProcessError) as e:
+            _report("NOTE", f"{kind} sanitizer runtime", f"{e}: MPK_SANITIZE={kind} is unavailable",
+                    f"install the compiler's {sanitize.LIBRARY[kind]} (Debian: lib{kind[0]}san* for gcc)")
+    try:
+        root = build._usable_cache_dir()
+        entries = [e for e in os.listdir(root) if len(e) == 64]
+        size = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(root) for f in fs)
+        _report("OK", "cache", f"{root}: {len(entries)} module(s), {size / 2**20:.1f} MiB")
+    except MPKCacheError as e:
+        problems += 1
+        _report("PROBLEM", "cache", str(e))
     print(f"get_configurations_from_gpu(0) = {mirage.get_configurations_from_gpu(0)}")
-    print(f"cache: {cache_dir()}")
-    return 1 if check_kernel_sources() else 0
+    problems += check_kernel_sources()
+    return 1 if problems else 0
 
 
 def _source_kind(path: str) -> tuple[str, str]:
@@ -101,14 +153,15 @@ def cache(args: list[str]) -> int:
 
 
 def inspect(path: str) -> int:
+    """A task graph file, or an output_dir: its kept .cu, task graphs, metadata and traces."""
     from . import inspect as graph_inspect
 
     try:
-        g = graph_inspect.load(path)
+        print(graph_inspect.output_dir_summary(path) if os.path.isdir(path) else
+              graph_inspect.summary(graph_inspect.load(path), path))
     except (OSError, graph_inspect.NotATaskGraph) as e:
         print(f"inspect: {e}", file=sys.stderr)
         return 2
-    print(graph_inspect.summary(g, path))
     return 0
 
 

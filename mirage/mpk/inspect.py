@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections import Counter
 
 
@@ -109,3 +111,38 @@ def to_dot(g: dict, max_tasks: int = 2000) -> str:
                           for p in prod.get(t["dependent_event"], [])]
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def output_dir_summary(path: str) -> str:
+    """What compile(output_dir=...) left in `path`, per rank: the generated source (its headers and
+    variants), the task graph summary, the kept module's metadata, and any profiler trace."""
+    names = sorted(os.listdir(path))
+    ranks = sorted({int(m.group(1)) for n in names if (m := re.match(r"(?:test|task_graph)_rank(\d+)", n))})
+    if not ranks:
+        raise NotATaskGraph(f"{path} holds no test_rank<R>.cu or task_graph_rank<R>.json: not an output_dir "
+                            f"of compile(output_dir=...)")
+    lines = [f"{path}: {len(ranks)} rank(s) ({', '.join(map(str, ranks))}), files: {', '.join(names)}"]
+    for r in ranks:
+        cu = os.path.join(path, f"test_rank{r}.cu")
+        if os.path.isfile(cu):
+            with open(cu) as f:
+                src = f.read()
+            headers = re.findall(r'^#include "([^"]+)"', src, re.M)
+            variants = re.findall(r"case \d+: MPK_RUN_TASK\(v, \((\S+)\)\)", src)
+            lines.append(f"rank {r} test_rank{r}.cu: {len(src.splitlines())} lines, includes "
+                         f"{', '.join(headers)}; {len(variants)} variant(s): {', '.join(variants)}")
+        graph = os.path.join(path, f"task_graph_rank{r}.json")
+        if os.path.isfile(graph):
+            lines.append("rank " + str(r) + " " + summary(load(graph), f"task_graph_rank{r}.json"))
+        meta = os.path.join(path, f"kernel_metadata_rank{r}.json")
+        if os.path.isfile(meta):
+            with open(meta) as f:
+                m = json.load(f)
+            lines.append(f"rank {r} kernel_metadata_rank{r}.json: backend {m.get('backend')}, ABI "
+                         f"{m.get('abi_version')}, world_size {m.get('world_size')}, test_mode "
+                         f"{m.get('test_mode')}, module {m.get('module_bytes')} bytes (sha256 "
+                         f"{str(m.get('module_sha256'))[:16]}...), {len(m.get('layers', []))} layer(s), "
+                         f"{len(m.get('tensors', {}))} tensor(s)")
+    traces = [n for n in names if n.endswith((".perfetto-trace", ".csv"))]
+    lines.append(f"traces: {', '.join(traces)}" if traces else "traces: none (profiling was off)")
+    return "\n".join(lines)

@@ -85,3 +85,23 @@ def test_doctor_exit_status_from_the_command_line(tmp_path):
     problems = [line for line in proc.stdout.splitlines() if line.startswith("PROBLEM")]
     print(f"EVIDENCE exit {proc.returncode}, problems: {problems}")
     assert proc.returncode == 1 and len(problems) == 1 and "layer 'silu_mul'" in problems[0]
+
+
+def test_doctor_reports_every_tool_with_a_fix_when_missing(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("MPK_CSRC_DIR", raising=False)
+    code, out = doctor(capsys)
+    for what in ("host compiler", "nvcc", "MPI", "GPU", "thread sanitizer runtime",
+                 "address sanitizer runtime", "cache"):
+        assert any(line.split(maxsplit=1)[-1].startswith(what) for line in out.splitlines()
+                   if line.startswith(("OK", "NOTE", "PROBLEM"))), what
+    assert code == 0
+    monkeypatch.setenv("MPK_CXX", "no-such-compiler-mpk")
+    afile = tmp_path / "cache_is_a_file"
+    afile.write_text("x")
+    monkeypatch.setenv("MPK_CACHE_DIR", str(afile))
+    code, out = doctor(capsys)
+    problems = [line for line in out.splitlines() if line.startswith("PROBLEM")]
+    print(f"EVIDENCE doctor exit {code}, problems: {problems}")
+    assert code == 1 and len(problems) == 2
+    assert "host compiler no-such-compiler-mpk: not found on PATH" in problems[0] and "fix:" in problems[0]
+    assert f"the compile cache {afile} (MPK_CACHE_DIR) is a file" in problems[1]

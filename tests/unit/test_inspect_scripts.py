@@ -73,3 +73,17 @@ def test_inspect_refuses_files_that_are_not_task_graphs(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "mirage.mpk", "inspect", str(tmp_path / "nope.json")],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "No such file" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_inspect_an_output_dir(tmp_path):
+    """`inspect <output_dir>`: the kept .cu (headers, variants), the graph, the metadata, the traces."""
+    write_graph(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "mirage.mpk", "inspect", str(tmp_path)], capture_output=True,
+                          text=True)
+    print(proc.stdout + proc.stderr)
+    assert proc.returncode == 0
+    out = proc.stdout
+    assert f"{tmp_path}: 1 rank(s) (0)" in out
+    assert "rank 0 test_rank0.cu:" in out and "tasks/rmsnorm.cuh" in out and "3 variant(s): " in out
+    assert "mpk::linear_task<float>" in out and "rank 0 task_graph_rank0.json: 10 tasks" in out
+    assert "rank 0 kernel_metadata_rank0.json: backend cpu" in out and "traces: none" in out
