@@ -5,7 +5,7 @@
 #pragma once
 #include <stdint.h>
 
-#define MPK_ABI_VERSION 4
+#define MPK_ABI_VERSION 5
 #define MPK_MAX_DIMS 4
 #define MPK_MAX_TILES 8      // inputs + outputs of one task
 #define MPK_MAX_TRIGGERS 8   // docs/dependencies.md: more than this and the graph builder coarsens
@@ -28,6 +28,7 @@
 #define MPK_NOTHING_SCHEDULED 2  // first prepare_next_batch scheduled no token
 #define MPK_INVALID 3            // bad config / arguments; see mpk_error_message
 #define MPK_INTERNAL 4
+#define MPK_STUCK 5              // a task stayed inside its kernel past stuck_s; see mpk_error_message
 
 // Fault injection (negative controls), active only in modules built with
 // -DMPK_FAULT_INJECTION; the other kinds (wrong tile, dropped dependency) are edits of the
@@ -77,8 +78,8 @@ typedef struct {
 typedef struct {
     int32_t event_type;
     int32_t num_triggers;             // triggers per iteration
-    int32_t first_task_id;            // lowest waiter (or -1)
-    int32_t last_task_id;             // highest waiter (or -1)
+    int32_t first_task_id;            // the tasks it launches when it fires: [first_task_id,
+    int32_t last_task_id;             // last_task_id), MPK's range (empty: first == last)
 } MpkEvent;
 
 // Meta tensors (docs/runtime.md): host pointers on the CPU backend.
@@ -106,6 +107,7 @@ typedef struct {
     int32_t jitter;                   // 1: seeded schedule jitter (docs/runtime.md)
     uint64_t jitter_seed;
     double watchdog_s;                // <= 0 disables the watchdog
+    double stuck_s;                   // a task inside its kernel this long is stuck; <= 0: 10 x watchdog_s
     int32_t max_seq_length;
     int32_t max_num_batched_requests;
     int32_t max_num_batched_tokens;

@@ -2,7 +2,13 @@
 //
 //   ld_acquire / ld_relaxed           read a counter, a queue index, a flag
 //   st_release / st_relaxed           publish a queue index, a state, a flag
-//   atomic_add_release / _relaxed     trigger an event, count progress; return the old value
+//   atomic_add_release / _relaxed     count progress; return the old value
+//   atomic_add_acq_rel                trigger an event: the trigger that completes it also
+//                                     acquires every earlier trigger's writes (it dispatches)
+//   atomic_cas                        first-failure-wins status words; returns the old value
+//   *_sys                             memory another device or the host reads or writes while a
+//                                     kernel runs (host-mapped control block, peer ranks' signal
+//                                     counters): system scope on the GPU, the same as above on the host
 //
 // Host: GCC/Clang __atomic builtins (ThreadSanitizer understands them).
 // CUDA: cuda::atomic_ref at device scope, usable from host and device code in a .cu.
@@ -46,6 +52,31 @@ template <typename T> MPK_HOST_DEVICE MPK_INLINE T atomic_add_release(T* p, T v)
 template <typename T> MPK_HOST_DEVICE MPK_INLINE T atomic_add_relaxed(T* p, T v) {
     return device_ref<T>(*p).fetch_add(v, cuda::memory_order_relaxed);
 }
+template <typename T> MPK_HOST_DEVICE MPK_INLINE T atomic_add_acq_rel(T* p, T v) {
+    return device_ref<T>(*p).fetch_add(v, cuda::memory_order_acq_rel);
+}
+template <typename T> MPK_HOST_DEVICE MPK_INLINE T atomic_cas(T* p, T expected, T desired) {
+    device_ref<T>(*p).compare_exchange_strong(expected, desired, cuda::memory_order_acq_rel);
+    return expected;  // the old value: compare_exchange wrote it back on failure
+}
+
+template <typename T> using system_ref = cuda::atomic_ref<T, cuda::thread_scope_system>;
+template <typename T> MPK_HOST_DEVICE MPK_INLINE T ld_acquire_sys(const T* p) {
+    return system_ref<T>(*const_cast<T*>(p)).load(cuda::memory_order_acquire);
+}
+template <typename T> MPK_HOST_DEVICE MPK_INLINE T ld_relaxed_sys(const T* p) {
+    return system_ref<T>(*const_cast<T*>(p)).load(cuda::memory_order_relaxed);
+}
+template <typename T> MPK_HOST_DEVICE MPK_INLINE void st_release_sys(T* p, T v) {
+    system_ref<T>(*p).store(v, cuda::memory_order_release);
+}
+template <typename T> MPK_HOST_DEVICE MPK_INLINE void st_relaxed_sys(T* p, T v) {
+    system_ref<T>(*p).store(v, cuda::memory_order_relaxed);
+}
+template <typename T> MPK_HOST_DEVICE MPK_INLINE T atomic_cas_sys(T* p, T expected, T desired) {
+    system_ref<T>(*p).compare_exchange_strong(expected, desired, cuda::memory_order_acq_rel);
+    return expected;
+}
 
 #else
 // ---- host: compiler builtins
@@ -64,6 +95,21 @@ template <typename T> inline T atomic_add_release(T* p, T v) {
 template <typename T> inline T atomic_add_relaxed(T* p, T v) {
     return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
+template <typename T> inline T atomic_add_acq_rel(T* p, T v) {
+    static_assert(is_atomic_word<T>::value, "32- or 64-bit integers only");
+    return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
+}
+template <typename T> inline T atomic_cas(T* p, T expected, T desired) {
+    static_assert(is_atomic_word<T>::value, "32- or 64-bit integers only");
+    __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    return expected;  // the old value: written back on failure
+}
+// One address space and one coherence domain on the host: system scope is the same.
+template <typename T> inline T ld_acquire_sys(const T* p) { return ld_acquire(p); }
+template <typename T> inline T ld_relaxed_sys(const T* p) { return ld_relaxed(p); }
+template <typename T> inline void st_release_sys(T* p, T v) { st_release(p, v); }
+template <typename T> inline void st_relaxed_sys(T* p, T v) { st_relaxed(p, v); }
+template <typename T> inline T atomic_cas_sys(T* p, T expected, T desired) { return atomic_cas(p, expected, desired); }
 #endif
 
 // Host only: one spin-wait hint to the core (frees the sibling hyperthread, saves power).

@@ -34,6 +34,16 @@
 
 namespace mpk {
 
+// Host storage behind RequestState (meta.h): the words and the state pointing into them.
+struct RequestStorage {
+    std::vector<int32_t> words;
+    RequestState state{};
+    void allocate(const MpkConfig& cfg) {
+        words.assign(size_t(request_words(cfg)), 0);
+        bind_requests(state, words.data(), cfg);
+    }
+};
+
 // ---- task ids: (iteration << 32) | position; position 0 is TERMINATE
 
 using TaskId = uint64_t;
@@ -408,7 +418,7 @@ inline bool end_of_task_graph(Kernel& k, int64_t iteration) {
     }
     if (iteration == 0 && !more) {
         char why[1024];
-        describe_nothing_scheduled(k.meta, k.cfg, why, sizeof why);
+        describe_nothing_scheduled(k.meta, k.cfg, why, int32_t(sizeof why));
         k.fail(MPK_NOTHING_SCHEDULED, why);
     }
     return more;

@@ -3,8 +3,15 @@
 // init_kernel() resets the request state once per launch; prepare_next_batch() runs on
 // every END_OF_TASK_GRAPH: it finalizes the batch that just ran (steps advance, output
 // tokens are appended, finished requests free their pages) and lays out the next one in
-// the meta tensors. Both are plain functions over RequestState + MpkMeta + MpkConfig with
-// no allocation, so the same code can later run on one GPU scheduler thread.
+// the meta tensors. Both are host+device functions over RequestState + MpkMeta + MpkConfig
+// with no allocation, no std:: containers and no exceptions: scheduler 0 runs them in the
+// executor (csrc/runtime/executor.cuh) on the CPU and on the GPU alike. A failure is a status
+// code plus a message in RequestState::message (text.h, no snprintf on the device).
+//
+// Storage: RequestState points into request_words(cfg) int32 words that the executor
+// allocates beside its own state (host memory on the CPU, device memory on the GPU) and
+// hands to bind_requests(); binding computes pointers only, so the host can bind device
+// memory.
 //
 // Invariants between calls:
 //   slots 0..num_slots-1 hold the active requests in admission order; slot s processed
@@ -13,11 +20,10 @@
 //   (at most ceil(max_seq_length / page_size) pages); every page is either in exactly
 //   one slot or in the free FIFO.
 #pragma once
-#include <stdarg.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <vector>
 #include "abi.h"
+#include "platform.h"
+#include "text.h"
 
 namespace mpk {
 
@@ -45,56 +51,47 @@ struct RequestState {
     char message[512];
 };
 
-// Host storage behind RequestState's pointers. Not copyable: the state points into it.
-struct RequestStorage {
-    std::vector<int32_t> slot_request, slot_chunk, slot_num_pages, slot_pages, free_pages;
-    RequestState state{};
+// Words of storage behind RequestState's pointers for this config (one spare per array, so no
+// pointer is null even when a size is 0).
+MPK_HOST_DEVICE inline int64_t request_words(const MpkConfig& cfg) {
+    const int64_t slots = cfg.max_num_batched_requests > 0 ? cfg.max_num_batched_requests : 0;
+    const int64_t per_slot = (int64_t(cfg.max_seq_length) + cfg.page_size - 1) / cfg.page_size;
+    const int64_t pages = cfg.max_num_pages > 0 ? cfg.max_num_pages : 0;
+    return 3 * (slots + 1) + (slots * per_slot + 1) + (pages + 1);
+}
 
-    RequestStorage() = default;
-    RequestStorage(const RequestStorage&) = delete;
-    RequestStorage& operator=(const RequestStorage&) = delete;
-
-    void allocate(const MpkConfig& cfg) {
-        const int32_t slots = cfg.max_num_batched_requests > 0 ? cfg.max_num_batched_requests : 0;
-        const int32_t per_slot = (cfg.max_seq_length + cfg.page_size - 1) / cfg.page_size;
-        slot_request.assign(slots + 1, 0);
-        slot_chunk.assign(slots + 1, 0);
-        slot_num_pages.assign(slots + 1, 0);
-        slot_pages.assign(size_t(slots) * per_slot + 1, 0);
-        free_pages.assign(size_t(cfg.max_num_pages > 0 ? cfg.max_num_pages : 0) + 1, 0);
-        state = RequestState{};
-        state.max_slots = slots;
-        state.pages_per_slot = per_slot;
-        state.num_pages = cfg.max_num_pages > 0 ? cfg.max_num_pages : 0;
-        state.slot_request = slot_request.data();
-        state.slot_chunk = slot_chunk.data();
-        state.slot_num_pages = slot_num_pages.data();
-        state.slot_pages = slot_pages.data();
-        state.free_pages = free_pages.data();
-    }
-};
+// Points `st` into `words` (request_words(cfg) int32s, not dereferenced: may be device memory).
+MPK_HOST_DEVICE inline void bind_requests(RequestState& st, int32_t* words, const MpkConfig& cfg) {
+    const int32_t slots = cfg.max_num_batched_requests > 0 ? cfg.max_num_batched_requests : 0;
+    const int32_t per_slot = (cfg.max_seq_length + cfg.page_size - 1) / cfg.page_size;
+    st = RequestState{};
+    st.max_slots = slots;
+    st.pages_per_slot = per_slot;
+    st.num_pages = cfg.max_num_pages > 0 ? cfg.max_num_pages : 0;
+    st.slot_request = words;
+    st.slot_chunk = st.slot_request + slots + 1;
+    st.slot_num_pages = st.slot_chunk + slots + 1;
+    st.slot_pages = st.slot_num_pages + slots + 1;
+    st.free_pages = st.slot_pages + int64_t(slots) * per_slot + 1;
+}
 
 // ---- helpers
 
-inline bool meta_fail(RequestState& st, int32_t status, const char* fmt, ...) {
-    if (st.status == MPK_OK) {
-        st.status = status;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(st.message, sizeof st.message, fmt, ap);
-        va_end(ap);
-    }
-    return false;
+// The first failure wins: returns a Text to append the message to (a sink once one is recorded).
+MPK_HOST_DEVICE inline Text meta_fail(RequestState& st, int32_t status) {
+    if (st.status != MPK_OK) return Text(nullptr, 0);
+    st.status = status;
+    return Text(st.message, int32_t(sizeof st.message));
 }
 
-inline int32_t ceil_div(int32_t a, int32_t b) { return (a + b - 1) / b; }
+MPK_HOST_DEVICE inline int32_t ceil_div(int32_t a, int32_t b) { return (a + b - 1) / b; }
 
-inline void free_page_push(RequestState& st, int32_t page) {
+MPK_HOST_DEVICE inline void free_page_push(RequestState& st, int32_t page) {
     st.free_pages[(st.free_head + st.free_count) % st.num_pages] = page;
     ++st.free_count;
 }
 
-inline int32_t free_page_pop(RequestState& st) {
+MPK_HOST_DEVICE inline int32_t free_page_pop(RequestState& st) {
     const int32_t page = st.free_pages[st.free_head];
     st.free_head = (st.free_head + 1) % st.num_pages;
     --st.free_count;
@@ -104,7 +101,7 @@ inline int32_t free_page_pop(RequestState& st) {
 // Schedules `chunk` tokens of request r in slot s: copies tokens[r, step .. step+chunk)
 // to input_tokens[*cursor ..], grows the slot's page list to ceil((step+chunk)/page_size)
 // pages from the free FIFO (in order). False (with a message) when the FIFO runs dry.
-inline bool schedule_slot(RequestState& st, const MpkMeta& m, const MpkConfig& cfg, int32_t s,
+MPK_HOST_DEVICE inline bool schedule_slot(RequestState& st, const MpkMeta& m, const MpkConfig& cfg, int32_t s,
                           int32_t r, int32_t chunk, int32_t* cursor) {
     const int32_t step = m.step[r];
     const int64_t* row = m.tokens + int64_t(r) * cfg.max_seq_length;
@@ -115,10 +112,13 @@ inline bool schedule_slot(RequestState& st, const MpkMeta& m, const MpkConfig& c
     int32_t* pages = st.slot_pages + int64_t(s) * st.pages_per_slot;
     while (st.slot_num_pages[s] < need) {
         if (st.free_count == 0)
-            return meta_fail(st, MPK_INVALID,
-                             "prepare_next_batch: request %d needs %d KV pages (%d tokens, page_size %d) "
-                             "but no free page is left: max_num_pages = %d; hint: raise max_num_pages",
-                             r, need, step + chunk, cfg.page_size, cfg.max_num_pages);
+        {
+            meta_fail(st, MPK_INVALID).s("prepare_next_batch: request ").i(r).s(" needs ").i(need).s(" KV pages (")
+                .i(step + chunk).s(" tokens, page_size ").i(cfg.page_size)
+                .s(") but no free page is left: max_num_pages = ").i(cfg.max_num_pages)
+                .s("; hint: raise max_num_pages");
+            return false;
+        }
         pages[st.slot_num_pages[s]++] = free_page_pop(st);
     }
     return true;
@@ -128,7 +128,7 @@ inline bool schedule_slot(RequestState& st, const MpkMeta& m, const MpkConfig& c
 
 // MODE_OFFLINE: no active request, qo/kv indptr zeroed, every page free in order.
 // step is kept: step[r] tokens of request r are already in the KV cache (docs/runtime.md).
-inline int32_t init_kernel(RequestState& st, const MpkMeta& m, const MpkConfig& cfg) {
+MPK_HOST_DEVICE inline int32_t init_kernel(RequestState& st, const MpkMeta& m, const MpkConfig& cfg) {
     st.status = MPK_OK;
     st.message[0] = 0;
     st.num_slots = 0;
@@ -143,13 +143,13 @@ inline int32_t init_kernel(RequestState& st, const MpkMeta& m, const MpkConfig& 
     }
     for (int32_t r = 0; r < cfg.total_num_requests; ++r) {
         if (m.prompt_lengths[r] < 1 || m.prompt_lengths[r] > cfg.max_seq_length) {
-            meta_fail(st, MPK_INVALID, "init_kernel: prompt_lengths[%d] = %d is outside [1, max_seq_length = %d]", r,
-                      m.prompt_lengths[r], cfg.max_seq_length);
+            meta_fail(st, MPK_INVALID).s("init_kernel: prompt_lengths[").i(r).s("] = ").i(m.prompt_lengths[r])
+                .s(" is outside [1, max_seq_length = ").i(cfg.max_seq_length).s("]");
             return st.status;
         }
         if (m.step[r] < 0 || m.step[r] > cfg.max_seq_length) {
-            meta_fail(st, MPK_INVALID, "init_kernel: step[%d] = %d is outside [0, max_seq_length = %d]", r, m.step[r],
-                      cfg.max_seq_length);
+            meta_fail(st, MPK_INVALID).s("init_kernel: step[").i(r).s("] = ").i(m.step[r])
+                .s(" is outside [0, max_seq_length = ").i(cfg.max_seq_length).s("]");
             return st.status;
         }
     }
@@ -160,7 +160,7 @@ inline int32_t init_kernel(RequestState& st, const MpkMeta& m, const MpkConfig& 
 
 // Returns whether the new batch has any token. On failure returns false with
 // st.status != MPK_OK. In test mode every call after the first only finalizes.
-inline bool prepare_next_batch(RequestState& st, const MpkMeta& m, const MpkConfig& cfg) {
+MPK_HOST_DEVICE inline bool prepare_next_batch(RequestState& st, const MpkMeta& m, const MpkConfig& cfg) {
     const int32_t L = cfg.max_seq_length;
     const int32_t budget = cfg.max_num_batched_tokens;
     int32_t* qo = m.qo_indptr_buffer;
@@ -202,8 +202,11 @@ inline bool prepare_next_batch(RequestState& st, const MpkMeta& m, const MpkConf
         const int32_t left = budget - cursor - (kept - s - 1);
         const int32_t rest = m.prompt_lengths[r] - m.step[r];
         const int32_t chunk = rest > 0 ? (rest < left ? rest : left) : 1;
-        if (chunk < 1 || cursor + chunk > budget)
-            return meta_fail(st, MPK_INTERNAL, "prepare_next_batch: slot %d (request %d) got %d tokens", s, r, chunk);
+        if (chunk < 1 || cursor + chunk > budget) {
+            meta_fail(st, MPK_INTERNAL).s("prepare_next_batch: slot ").i(s).s(" (request ").i(r).s(") got ").i(chunk)
+                .s(" tokens");
+            return false;
+        }
         if (!schedule_slot(st, m, cfg, s, r, chunk, &cursor)) return false;
     }
 
@@ -246,23 +249,22 @@ inline bool prepare_next_batch(RequestState& st, const MpkMeta& m, const MpkConf
 // ---- messages
 
 // Why the first batch is empty, with the numbers that decide it (MPK_NOTHING_SCHEDULED).
-inline void describe_nothing_scheduled(const MpkMeta& m, const MpkConfig& cfg, char* buf, int n) {
-    int k = snprintf(buf, n, "the first prepare_next_batch scheduled no token: total_num_requests=%d, prompt_lengths=[",
-                     cfg.total_num_requests);
+MPK_HOST_DEVICE inline void describe_nothing_scheduled(const MpkMeta& m, const MpkConfig& cfg, char* buf, int32_t n) {
+    Text t(buf, n);
+    t.s("the first prepare_next_batch scheduled no token: total_num_requests=").i(cfg.total_num_requests)
+        .s(", prompt_lengths=[");
     const int32_t shown = cfg.total_num_requests < 8 ? cfg.total_num_requests : 8;
-    for (int32_t r = 0; r < shown && k < n; ++r) k += snprintf(buf + k, n - k, "%s%d", r ? ", " : "", m.prompt_lengths[r]);
-    if (k < n) k += snprintf(buf + k, n - k, "%s], step=[", shown < cfg.total_num_requests ? ", ..." : "");
-    for (int32_t r = 0; r < shown && k < n; ++r) k += snprintf(buf + k, n - k, "%s%d", r ? ", " : "", m.step[r]);
-    if (k < n)
-        k += snprintf(buf + k, n - k,
-                      "%s], max_num_batched_tokens=%d, max_num_batched_requests=%d, max_seq_length=%d; hint: ",
-                      shown < cfg.total_num_requests ? ", ..." : "", cfg.max_num_batched_tokens,
-                      cfg.max_num_batched_requests, cfg.max_seq_length);
+    const char* more = shown < cfg.total_num_requests ? ", ..." : "";
+    for (int32_t r = 0; r < shown; ++r) t.s(r ? ", " : "").i(m.prompt_lengths[r]);
+    t.s(more).s("], step=[");
+    for (int32_t r = 0; r < shown; ++r) t.s(r ? ", " : "").i(m.step[r]);
+    t.s(more).s("], max_num_batched_tokens=").i(cfg.max_num_batched_tokens).s(", max_num_batched_requests=")
+        .i(cfg.max_num_batched_requests).s(", max_seq_length=").i(cfg.max_seq_length).s("; hint: ");
     const char* hint = cfg.total_num_requests == 0        ? "pass at least one request (prompt_lengths / tokens)"
                        : cfg.max_num_batched_tokens <= 0   ? "raise max_num_batched_tokens"
                        : cfg.max_num_batched_requests <= 0 ? "raise max_num_batched_requests"
                                                            : "every request has step == max_seq_length (cache full)";
-    if (k < n) snprintf(buf + k, n - k, "%s", hint);
+    t.s(hint);
 }
 
 }  // namespace mpk

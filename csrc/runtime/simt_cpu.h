@@ -4,7 +4,9 @@
 // collectives, __nanosleep and thread exit, in a seeded random order.
 //
 //   mpk::simt::run_block({threads, smem_bytes, seed}, body)   runs body() on `threads` fibers
-//   MPK_RUN_TASK(v, fn)                                        fn(v) as one block (block_of(v))
+//   MPK_RUN_TASK(v, fn)                                        fn(v) as one block (block_of(v)), or
+//                                                              on the calling thread inside a block
+//                                                              (the executor's worker block)
 //   mpk::smem<T>(byte_offset, count)                           the block's dynamic shared memory
 //
 // It guarantees what the hardware guarantees and no more: a barrier needs every live thread at
@@ -1182,7 +1184,18 @@ inline T* smem(size_t byte_offset, size_t count, const char* file = __builtin_FI
 
 }  // namespace mpk
 
-#define MPK_RUN_TASK(v, ...) ::mpk::simt::run_block(::mpk::simt::block_of(v), [&] { (__VA_ARGS__)(v); })
+namespace mpk {
+namespace simt {
+// A task on the worker block. Inside a running block (the persistent executor runs the task on
+// every thread of its worker block, runtime/executor.cuh) the calling thread runs it, as under
+// nvcc; outside one (a kernel test), one block of block_of(v) runs it.
+template <class F> void run_task(const TaskView& v, F&& body) {
+    if (detail::tl.s) body();
+    else run_block(block_of(v), body);
+}
+}  // namespace simt
+}  // namespace mpk
+#define MPK_RUN_TASK(v, ...) ::mpk::simt::run_task(v, [&] { (__VA_ARGS__)(v); })
 
 // ---- CUDA builtins (global namespace). Barriers and collectives take their call site as
 // default arguments (__builtin_FILE/__builtin_LINE are the caller's), so messages name it.

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import ctypes as C
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 MAX_DIMS, MAX_TILES, MAX_TRIGGERS, NUM_IPARAMS, NUM_FPARAMS = 4, 8, 8, 4, 2
 TASK_TERMINATE, TASK_END_OF_TASK_GRAPH, TASK_FIRST_LAYER = 0, 1, 100
 EVENT_TYPES = {"termination": 0, "launch": 1, "end_of_task_graph": 2}
-OK, HANG, NOTHING_SCHEDULED, INVALID, INTERNAL = 0, 1, 2, 3, 4
+OK, HANG, NOTHING_SCHEDULED, INVALID, INTERNAL, STUCK = 0, 1, 2, 3, 4, 5
 WORKER_STATES = {0: "idle", 1: "waiting", 2: "running", 3: "done"}
 FAULT_NONE, FAULT_SKIP, FAULT_PERTURB, FAULT_NO_TRIGGER, FAULT_NO_SIGNAL = 0, 1, 2, 3, 4
 PEER_DATA, PEER_CONSUMED = 1, 2
@@ -43,7 +43,7 @@ class MpkConfig(C.Structure):
     _fields_ = [("abi_version", C.c_int32), ("num_workers", C.c_int32),
                 ("num_local_schedulers", C.c_int32), ("num_tasks", C.c_int32), ("num_events", C.c_int32),
                 ("num_tensors", C.c_int32), ("test_mode", C.c_int32), ("jitter", C.c_int32),
-                ("jitter_seed", C.c_uint64), ("watchdog_s", C.c_double),
+                ("jitter_seed", C.c_uint64), ("watchdog_s", C.c_double), ("stuck_s", C.c_double),
                 ("max_seq_length", C.c_int32), ("max_num_batched_requests", C.c_int32),
                 ("max_num_batched_tokens", C.c_int32), ("max_num_pages", C.c_int32),
                 ("page_size", C.c_int32), ("total_num_requests", C.c_int32),

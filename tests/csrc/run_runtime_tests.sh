@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Builds and runs the C++ runtime test (tests/csrc/test_runtime.cpp): plain -O2, then with
-# 2-slot queues (the blocking-push path), ThreadSanitizer and AddressSanitizer.
+# Builds and runs the C++ runtime tests: tests/csrc/test_runtime.cpp (the former executor,
+# csrc/runtime/executor_cpu.h) and tests/csrc/test_executor.cpp (csrc/runtime/executor.cuh):
+# plain -O2, then with 2-slot worker queues (the scheduler waits for room), ThreadSanitizer and
+# AddressSanitizer+UBSan.
 # Usage: tests/csrc/run_runtime_tests.sh [plain|small|thread|address ...]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="${TMPDIR:-/tmp}/mpk_runtime_tests"
 mkdir -p "$out"
-base=(g++ -std=c++17 -O2 -pthread -Wall -Wextra -Icsrc tests/csrc/test_runtime.cpp)
+tests=(test_runtime test_executor)
 for mode in "${@:-plain small thread address}"; do
   for m in $mode; do
     case "$m" in
@@ -16,8 +18,11 @@ for mode in "${@:-plain small thread address}"; do
       address) flags=(-g -fsanitize=address,undefined -fno-omit-frame-pointer) ;;
       *) echo "unknown mode $m (plain|small|thread|address)" >&2; exit 2 ;;
     esac
-    echo "== $m: ${base[*]} ${flags[*]}"
-    "${base[@]}" "${flags[@]}" -o "$out/test_runtime_$m"
-    "$out/test_runtime_$m"
+    for t in "${tests[@]}"; do
+      base=(g++ -std=c++17 -O2 -pthread -Wall -Wextra -Icsrc "tests/csrc/$t.cpp")
+      echo "== $m: ${base[*]} ${flags[*]}"
+      "${base[@]}" "${flags[@]}" -o "$out/${t}_$m"
+      "$out/${t}_$m"
+    done
   done
 done

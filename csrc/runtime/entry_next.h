@@ -1,0 +1,154 @@
+// entry.h: the extern "C" entry points declared in abi.h, compiled into every generated
+// module. Include it LAST, after the generated dispatcher and
+//   #define MPK_EXECUTE_TASK mpk_generated::execute_task   // bool(const mpk::TaskView&):
+//                                                          // false for a variant it does not have
+// The executor is csrc/runtime/executor.cuh (one source for both backends); this file gives it
+// the dispatcher and the CPU driver (host_cpu.h). Every entry point catches everything: no C++
+// exception crosses the C ABI. All state lives in the handle mpk_init returns, so kernels
+// sharing one loaded .so share nothing.
+#pragma once
+#if defined(MPK_FAULT_INJECTION) && !defined(MPK_PERTURB_OUTPUT)
+#error "runtime/entry.h: a fault-injection build needs MPK_PERTURB_OUTPUT from the generated code"
+#endif
+#ifndef MPK_EXECUTE_TASK
+#error "runtime/entry.h: define MPK_EXECUTE_TASK (the generated dispatcher) before including it"
+#endif
+#if defined(__CUDACC__)
+#include "entry_cuda.h"
+#else
+#include <string.h>
+#include <new>
+#include <string>
+#include "runtime.h"
+#include "host_cpu.h"
+#include "validate.h"
+
+#define MPK_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace mpk {
+
+// The generated dispatcher as the executor calls it: on every thread of the worker block.
+struct GeneratedDispatch {
+    static bool run(const TaskView& v) { return MPK_EXECUTE_TASK(v); }
+};
+
+inline void copy_message(const std::string& msg, char* buf, int n) {
+    if (!buf || n <= 0) return;
+    const size_t len = msg.size() < size_t(n - 1) ? msg.size() : size_t(n - 1);
+    memcpy(buf, msg.data(), len);
+    buf[len] = 0;
+}
+
+}  // namespace mpk
+
+// ---- entry points
+
+MPK_EXPORT int mpk_abi_version(void) { return MPK_ABI_VERSION; }
+
+MPK_EXPORT int mpk_abi_sizes(int64_t* out, int n) {
+    const int64_t sizes[] = {sizeof(MpkTile), sizeof(MpkTask), sizeof(MpkEvent),
+                             sizeof(MpkMeta), sizeof(MpkConfig), sizeof(MpkWorkerState)};
+    for (int i = 0; out && i < n && i < 6; ++i) out[i] = sizes[i];
+    return 6;
+}
+
+MPK_EXPORT void* mpk_init(const MpkConfig* cfg, const MpkTask* tasks, const MpkEvent* events,
+                          void* const* tensor_ptrs, const MpkMeta* meta, char* err, int err_len) {
+    if (err && err_len > 0) err[0] = 0;
+    mpk::host::Kernel* k = nullptr;
+    try {
+        const std::string why = mpk::validate(cfg, tasks, events, tensor_ptrs, meta);
+        if (!why.empty()) {
+            mpk::copy_message("mpk_init: " + why, err, err_len);
+            return nullptr;
+        }
+        k = new mpk::host::Kernel();
+        k->cfg = *cfg;
+        k->tasks.assign(tasks, tasks + cfg->num_tasks);
+        k->events.assign(events, events + cfg->num_events);
+        k->tensors.assign(tensor_ptrs, tensor_ptrs + cfg->num_tensors);
+        k->st.meta = *meta;
+        if (cfg->peer_tensor_ptrs)
+            k->peer_tensors.assign(cfg->peer_tensor_ptrs,
+                                   cfg->peer_tensor_ptrs + int64_t(cfg->world_size) * cfg->num_tensors);
+        if (cfg->num_signal_slots > 0)
+            k->peer_signals.assign(cfg->peer_signal_ptrs, cfg->peer_signal_ptrs + cfg->world_size);
+        k->worker_body = [](mpk::exec::State& st, int32_t w) { mpk::exec::worker_loop<mpk::GeneratedDispatch>(st, w); };
+        mpk::host::allocate(*k);
+        mpk::host::reset_launch(*k);  // so queries before the first launch see sane values
+        return k;
+    } catch (const std::exception& e) {
+        mpk::copy_message(std::string("mpk_init: ") + e.what(), err, err_len);
+    } catch (...) {
+        mpk::copy_message("mpk_init: unknown exception", err, err_len);
+    }
+    delete k;
+    return nullptr;
+}
+
+MPK_EXPORT int mpk_launch(void* handle) {
+    if (!handle) return MPK_INVALID;
+    mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(handle);
+    if (__atomic_exchange_n(&k.launching, 1, __ATOMIC_ACQ_REL)) return MPK_INVALID;  // already launching
+    int status;
+    try {
+        status = mpk::host::launch(k);
+    } catch (const std::exception& e) {
+        k.status = status = MPK_INTERNAL;
+        k.message = std::string("mpk_launch: ") + e.what();
+    } catch (...) {
+        k.status = status = MPK_INTERNAL;
+        k.message = "mpk_launch: unknown exception";
+    }
+    __atomic_store_n(&k.launching, 0, __ATOMIC_RELEASE);
+    return status;
+}
+
+// Copies the last launch's message; returns its full length.
+MPK_EXPORT int mpk_error_message(void* handle, char* buf, int n) {
+    if (!handle) {
+        mpk::copy_message("null handle", buf, n);
+        return -1;
+    }
+    const mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(handle);
+    mpk::copy_message(k.message, buf, n);
+    return int(k.message.size());
+}
+
+MPK_EXPORT int mpk_snapshot(void* handle, MpkWorkerState* out, int n) {
+    if (!handle) return -1;
+    const mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(handle);
+    if (out) mpk::host::fill_snapshot(k, out, n);
+    return k.cfg.num_workers;
+}
+
+MPK_EXPORT int mpk_event_counters(void* handle, int64_t* out, int n) {
+    if (!handle) return -1;
+    const mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(handle);
+    for (int i = 0; out && i < n && i < int(k.counters.size()); ++i) out[i] = mpk::ld_relaxed(&k.counters[size_t(i)]);
+    return k.cfg.num_events;
+}
+
+MPK_EXPORT int mpk_task_progress(void* handle, int64_t* out, int n) {
+    if (!handle) return -1;
+    const mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(handle);
+    for (int i = 0; out && i < n && i < int(k.progress.size()); ++i) out[i] = mpk::ld_relaxed(&k.progress[size_t(i)]);
+    return k.cfg.num_tasks;
+}
+
+MPK_EXPORT int64_t mpk_iterations(void* handle) {
+    return handle ? mpk::ld_relaxed(&static_cast<mpk::host::Kernel*>(handle)->control.iterations) : -1;
+}
+
+// Ends the executor's threads and frees the handle. A worker still inside a kernel (MPK_STUCK)
+// keeps the handle alive: it is then left allocated, its threads detached.
+MPK_EXPORT void mpk_finalize(void* handle) {
+    if (!handle) return;
+    mpk::host::Kernel* k = static_cast<mpk::host::Kernel*>(handle);
+    try {
+        if (mpk::host::stop_threads(*k)) delete k;
+    } catch (...) {
+    }
+}
+
+#endif  // __CUDACC__

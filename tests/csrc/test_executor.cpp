@@ -1,0 +1,1016 @@
+// test_runtime.cpp: proves the persistent-kernel protocol of csrc/runtime/executor.cuh on the
+// CPU backend (host_cpu.h: worker blocks through the SIMT emulation) with a fake dispatcher (no
+// real layer kernels): topologies, workers and schedulers, jitter, event-driven dispatch, test
+// mode vs the offline loop, meta tensors, watchdog, the stuck-in-kernel limit, queue overflow,
+// validation, independent handles. It is shaped like a generated module: runtime.h, a
+// dispatcher, then entry.h. The fake kernels are block code: thread 0 does the work.
+//
+// Run:  tests/csrc/run_runtime_tests.sh          (also with 2-slot worker rings, TSan, ASan+UBSan)
+// One:  g++ -std=c++17 -O2 -pthread -Icsrc tests/csrc/test_runtime.cpp -o /tmp/t && /tmp/t
+#include "runtime/runtime.h"
+#include "runtime/simt.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <stdio.h>
+#include <string>
+#include <thread>
+#include <vector>
+
+// ---- fake kernels
+
+namespace fake {
+enum Variant { SUM = 0, MODEL = 1, THROW = 2, PEER = 3, PROBE = 4, SPIN = 5 };
+constexpr int kRow = 32;      // int64 entries per MODEL log row
+constexpr int kMaxRows = 16;
+
+// SUM: out0 (uint64) = 31 * (sum of inputs) + position (iparams[1]); iparams[0] > 0 sleeps
+// that many microseconds first. A value read before its producer wrote it shows as a mismatch.
+inline void sum(const mpk::TaskView& v) {
+    if (v.iparam(0) > 0) std::this_thread::sleep_for(std::chrono::microseconds(v.iparam(0)));
+    uint64_t acc = 0;
+    for (int i = 0; i < v.task->num_inputs; ++i) acc += *v.in<uint64_t>(i);
+    *v.out<uint64_t>(0) = acc * 31 + uint64_t(v.iparam(1));
+}
+
+// MODEL: a "language model" whose next token is input + 1; logs the batch layout it saw.
+// out0: int64 [1 + kMaxRows * kRow]; [0] = rows; a row = num_new, qo[0..S], kv[0..S],
+// last[0..S-1], kv_indices[0..kv[S]-1], input_tokens[0..num_new-1], then -1. S = iparams[0].
+inline void model(const mpk::TaskView& v) {
+    const MpkMeta& m = *v.meta;
+    const int S = int(v.iparam(0));
+    const int n = m.num_new_tokens[0];
+    for (int j = 0; j < n; ++j) m.output_tokens[j] = m.input_tokens[j] + 1;
+    int64_t* log = v.out<int64_t>(0);
+    int64_t* row = log + 1 + log[0]++ * kRow;
+    int k = 0;
+    row[k++] = n;
+    for (int s = 0; s <= S; ++s) row[k++] = m.qo_indptr_buffer[s];
+    for (int s = 0; s <= S; ++s) row[k++] = m.paged_kv_indptr_buffer[s];
+    for (int s = 0; s < S; ++s) row[k++] = m.paged_kv_last_page_len_buffer[s];
+    for (int p = 0; p < m.paged_kv_indptr_buffer[S]; ++p) row[k++] = m.paged_kv_indices_buffer[p];
+    for (int j = 0; j < n; ++j) row[k++] = m.input_tokens[j];
+    while (k < kRow) row[k++] = -1;
+}
+// PEER: a cross-rank wait through TaskView::wait/signal, without a second process: waits
+// until its own out0 (int64) reaches the pass number (the test sets it, as "rank 1" would),
+// then signals out0 = pass + 100.
+inline void peer(const mpk::TaskView& v) {
+    int64_t* counter = v.out<int64_t>(0);
+    if (!v.wait(v, counter, v.iteration, 1, MPK_PEER_DATA)) return;
+    v.signal(v, counter, v.iteration + 100, 0);
+}
+
+// PROBE and SPIN see the handle under test (a test-harness global; the runtime has none).
+void probe(const mpk::TaskView& v);
+void spin(const mpk::TaskView& v);
+}  // namespace fake
+
+namespace mpk_generated {
+// Called by every thread of the worker block; thread 0 runs the fake kernel.
+inline bool execute_task(const mpk::TaskView& v) {
+    const bool leader = threadIdx.x == 0;
+    switch (v.task->variant) {
+    case fake::SUM: if (leader) fake::sum(v); return true;
+    case fake::MODEL: if (leader) fake::model(v); return true;
+    case fake::THROW: if (leader) throw std::runtime_error("injected failure"); return true;
+    case fake::PEER: if (leader) fake::peer(v); return true;
+    case fake::PROBE: if (leader) fake::probe(v); return true;
+    case fake::SPIN: if (leader) fake::spin(v); return true;
+    default: return false;
+    }
+}
+}  // namespace mpk_generated
+#define MPK_EXECUTE_TASK mpk_generated::execute_task
+#include "runtime/entry_next.h"
+
+namespace fake {
+std::atomic<mpk::host::Kernel*> g_kernel{nullptr};
+std::atomic<int> g_violations{0}, g_queued_seen{0}, g_release{0};
+// PROBE: for iparams[0] ms, checks every worker ring: each queued task's event has completed
+// (event-driven dispatch: a task is enqueued only once its event fired). Counts what it saw.
+void probe(const mpk::TaskView& v) {
+    mpk::host::Kernel& k = *g_kernel.load();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(v.iparam(0));
+    while (std::chrono::steady_clock::now() < until) {
+        for (int32_t w = 0; w < k.cfg.num_workers; ++w) {
+            const int64_t head = mpk::ld_acquire(&k.worker_head[w].v), tail = mpk::ld_acquire(&k.worker_tail[w].v);
+            for (int64_t h = head; h < tail; ++h) {
+                const uint64_t id = mpk::ld_relaxed(&k.worker_ring[size_t(w * k.st.worker_cap + (h & (k.st.worker_cap - 1)))]);
+                const int32_t pos = mpk::exec::task_position(id);
+                if (pos <= 0) continue;
+                ++g_queued_seen;
+                const int32_t ev = k.tasks[size_t(pos)].dependent_event;
+                if (ev >= 0 && mpk::ld_acquire(&k.counters[size_t(ev)]) <
+                                   int64_t(k.events[size_t(ev)].num_triggers) * mpk::exec::task_iteration(id))
+                    ++g_violations;
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    *v.out<uint64_t>(0) = uint64_t(v.iparam(1));  // as SUM with no inputs
+}
+// SPIN: stays inside the kernel until the test sets g_release (at most 20 s), then acts as SUM.
+void spin(const mpk::TaskView& v) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!g_release.load() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    sum(v);
+}
+}  // namespace fake
+
+// ---- harness
+
+#include "check.h"
+
+static double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// ---- graphs: nodes with dependency sets -> tasks and events as mirage/mpk/graph.py builds them (docs/dependencies.md)
+
+struct Node {
+    int variant = fake::SUM;
+    std::vector<int> deps;  // earlier nodes, ascending
+    int64_t sleep_us = 0;
+};
+
+struct Graph {
+    std::vector<Node> nodes;  // nodes[0] is unused (TERMINATE)
+    Graph() : nodes(1) {}
+    int add(std::vector<int> deps, int variant = fake::SUM, int64_t sleep_us = 0) {
+        nodes.push_back(Node{variant, deps, sleep_us});
+        return int(nodes.size()) - 1;
+    }
+    int num_tasks() const { return int(nodes.size()); }
+};
+
+constexpr uint64_t kPoison = 0xdeadbeefdeadbeefull;
+constexpr int kValues = 0, kLog = 1;  // tensor indices
+
+struct Built {
+    std::vector<MpkTask> tasks;
+    std::vector<MpkEvent> events;
+};
+
+// Consumers with the same dependency set share one event (num_triggers = |set|) when they are
+// consecutive, so an event's waiters are one range [first_task_id, last_task_id) as
+// mirage/mpk/graph.py numbers them; leaves trigger END_OF_TASK_GRAPH, the last event. `slots`
+// goes to MODEL tasks.
+static Built build(const Graph& g, int slots = 1) {
+    const int n = g.num_tasks();
+    Built b;
+    b.tasks.assign(n, MpkTask{});
+    b.events.push_back(MpkEvent{MPK_EVENT_TERMINATION, 0, 0, 0});
+    std::vector<bool> has_consumer(n, false);
+    for (int t = 1; t < n; ++t) {
+        const Node& node = g.nodes[t];
+        MpkTask& k = b.tasks[t];
+        k.task_type = MPK_TASK_FIRST_LAYER;
+        k.variant = node.variant;
+        k.dependent_event = -1;
+        k.iparams[0] = node.variant == fake::MODEL ? slots : node.sleep_us;
+        k.iparams[1] = t;
+        if (node.variant == fake::MODEL) {
+            k.num_outputs = 1;
+            k.tiles[0].tensor = kLog;
+        } else {
+            k.num_inputs = int(node.deps.size());
+            k.num_outputs = 1;
+            for (size_t i = 0; i < node.deps.size(); ++i) {
+                k.tiles[i].tensor = kValues;
+                k.tiles[i].offset = 8 * node.deps[i];
+            }
+            k.tiles[node.deps.size()].tensor = kValues;
+            k.tiles[node.deps.size()].offset = 8 * t;
+        }
+        if (node.deps.empty()) continue;
+        if (t > 1 && g.nodes[t - 1].deps == node.deps) {  // the previous task's event: extend its range
+            k.dependent_event = b.tasks[t - 1].dependent_event;
+            b.events[k.dependent_event].last_task_id = t + 1;
+            continue;
+        }
+        const int e = int(b.events.size());
+        b.events.push_back(MpkEvent{MPK_EVENT_LAUNCH_TASKS, int(node.deps.size()), t, t + 1});
+        for (int d : node.deps) {
+            MpkTask& p = b.tasks[d];
+            p.trigger_events[p.num_triggers++] = e;
+            has_consumer[d] = true;
+        }
+        k.dependent_event = e;
+    }
+    const int end = int(b.events.size());
+    int leaves = 0;
+    for (int t = 1; t < n; ++t)
+        if (!has_consumer[t]) {
+            b.tasks[t].trigger_events[b.tasks[t].num_triggers++] = end;
+            ++leaves;
+        }
+    b.events.push_back(MpkEvent{MPK_EVENT_END_OF_TASK_GRAPH, leaves, 0, 0});
+    b.tasks[0].task_type = MPK_TASK_TERMINATE;
+    b.tasks[0].dependent_event = -1;
+    return b;
+}
+
+static bool writes_value(int variant) { return variant == fake::SUM || variant == fake::PROBE || variant == fake::SPIN; }
+
+static std::vector<uint64_t> expected_values(const Graph& g) {
+    std::vector<uint64_t> v(g.num_tasks(), kPoison);
+    for (int t = 1; t < g.num_tasks(); ++t) {
+        if (!writes_value(g.nodes[t].variant)) continue;
+        uint64_t acc = 0;
+        for (int d : g.nodes[t].deps) acc += v[d];
+        v[t] = acc * 31 + uint64_t(t);
+    }
+    return v;
+}
+
+static Graph chain(int n) {
+    Graph g;
+    g.add({});
+    for (int t = 2; t <= n; ++t) g.add({t - 1});
+    return g;
+}
+static Graph fork(int n) {  // 1 -> 2..n+1 -> each a leaf
+    Graph g;
+    const int root = g.add({});
+    for (int i = 0; i < n; ++i) g.add({root});
+    return g;
+}
+static Graph join(int n) {  // n roots -> 1 (n <= 7 inputs)
+    Graph g;
+    std::vector<int> roots;
+    for (int i = 0; i < n; ++i) roots.push_back(g.add({}));
+    g.add(roots);
+    return g;
+}
+static Graph diamond() {
+    Graph g;
+    const int a = g.add({});
+    const int b = g.add({a}), c = g.add({a});
+    g.add({b, c});
+    return g;
+}
+// Random layered DAG: up to 3 deps among the previous 12 nodes, trigger fan-out <= 7 (a
+// producer triggers one event per run of consecutive consumers with one dependency set).
+static Graph random_dag(int n, unsigned seed) {
+    Graph g;
+    std::mt19937 rng(seed);
+    std::vector<int> fanout(n + 1, 0);
+    for (int t = 1; t <= n; ++t) {
+        std::vector<int> deps;
+        const int want = t == 1 ? 0 : int(rng() % 4);
+        for (int i = 0; i < want; ++i) {
+            const int lo = t > 12 ? t - 12 : 1;
+            const int d = lo + int(rng() % unsigned(t - lo));
+            if (fanout[d] < 7 && std::find(deps.begin(), deps.end(), d) == deps.end()) deps.push_back(d);
+        }
+        std::sort(deps.begin(), deps.end());
+        if (!deps.empty() && g.nodes.back().deps != deps)
+            for (int d : deps) ++fanout[d];
+        g.add(deps);
+    }
+    return g;
+}
+
+// ---- a kernel instance: graph + tensors + meta tensors + config
+
+struct Meta {
+    std::vector<int64_t> tokens, input_tokens, output_tokens;
+    std::vector<int32_t> step, prompt_lengths, num_new_tokens, qo, kv, kv_indices, last;
+    // Sizes every buffer (one spare entry so no pointer is NULL), then fills it.
+    void setup(const MpkConfig& c, const std::vector<int32_t>& prompts, const std::vector<int32_t>& steps) {
+        tokens.resize(size_t(c.total_num_requests) * c.max_seq_length + 1);
+        step.resize(prompts.size() + 1);
+        prompt_lengths.resize(prompts.size() + 1);
+        input_tokens.resize(size_t(c.max_num_batched_tokens) + 1);
+        output_tokens.resize(size_t(c.max_num_batched_tokens) + 1);
+        num_new_tokens.resize(1);
+        qo.resize(size_t(c.max_num_batched_requests) + 1);
+        kv.resize(size_t(c.max_num_batched_requests) + 1);
+        kv_indices.resize(size_t(c.max_num_pages) + 1);
+        last.resize(size_t(c.max_num_batched_requests) + 1);
+        restore(c, prompts, steps);
+    }
+    // In place (the handle keeps the pointers): prompt r is 10*(r+1), 10*(r+1)+1, ...
+    void restore(const MpkConfig& c, const std::vector<int32_t>& prompts, const std::vector<int32_t>& steps) {
+        const int L = c.max_seq_length;
+        for (size_t r = 0; r < prompts.size(); ++r) {
+            for (int j = 0; j < L; ++j) tokens[r * L + j] = j < prompts[r] ? 10 * int64_t(r + 1) + j : 0;
+            step[r] = steps[r];
+            prompt_lengths[r] = prompts[r];
+        }
+        std::fill(input_tokens.begin(), input_tokens.end(), 0);
+        std::fill(output_tokens.begin(), output_tokens.end(), 0);
+        num_new_tokens[0] = 0;
+        for (auto* v : {&qo, &kv, &kv_indices, &last}) std::fill(v->begin(), v->end(), -7);
+    }
+    MpkMeta view() {
+        return MpkMeta{tokens.data(), step.data(), prompt_lengths.data(), input_tokens.data(),
+                       output_tokens.data(), num_new_tokens.data(), qo.data(), kv.data(),
+                       kv_indices.data(), last.data()};
+    }
+    int64_t token(const MpkConfig& c, int r, int j) const { return tokens[size_t(r) * c.max_seq_length + j]; }
+};
+
+static MpkConfig default_config() {
+    MpkConfig c{};
+    c.abi_version = MPK_ABI_VERSION;
+    c.num_workers = 3;
+    c.num_local_schedulers = 2;
+    c.num_tensors = 2;
+    c.test_mode = 1;
+    c.watchdog_s = 5.0;  // a protocol bug shows as MPK_HANG, never as a stuck test
+    c.max_seq_length = c.max_num_batched_requests = c.max_num_batched_tokens = 1;
+    c.max_num_pages = c.page_size = c.total_num_requests = 1;
+    c.eos_token_id = -1;
+    c.world_size = 1;
+    c.worker_threads = 32;  // the fake tasks below are plain host code, run once per task
+    return c;
+}
+
+struct Instance {
+    Graph graph;
+    Built built;
+    MpkConfig cfg;
+    Meta meta;
+    MpkMeta meta_view{};
+    std::vector<uint64_t> values;
+    std::vector<int64_t> log;
+    std::vector<void*> tensors;
+    void* handle = nullptr;
+    std::string init_error;
+    int status = -1;
+    double seconds = 0;
+
+    Instance(const Graph& g, MpkConfig c, std::vector<int32_t> prompts = {1}, std::vector<int32_t> steps = {0})
+        : graph(g), cfg(c) {
+        cfg.total_num_requests = int(prompts.size());
+        built = build(graph, cfg.max_num_batched_requests);
+        cfg.num_tasks = int(built.tasks.size());
+        cfg.num_events = int(built.events.size());
+        meta.setup(cfg, prompts, steps);
+        reset_buffers();
+    }
+    ~Instance() { mpk_finalize(handle); }
+    void reset_buffers() {  // in place once allocated: the handle keeps the pointers
+        values.resize(graph.num_tasks());
+        log.resize(1 + fake::kMaxRows * fake::kRow);
+        std::fill(values.begin(), values.end(), kPoison);
+        std::fill(log.begin(), log.end(), 0);
+        tensors = {values.data(), log.data()};
+        meta_view = meta.view();
+    }
+    bool init() {
+        char err[512];
+        handle = mpk_init(&cfg, built.tasks.data(), built.events.data(), tensors.data(), &meta_view, err, sizeof err);
+        init_error = err;
+        return handle != nullptr;
+    }
+    int launch() {
+        const auto t0 = std::chrono::steady_clock::now();
+        status = mpk_launch(handle);
+        seconds = seconds_since(t0);
+        return status;
+    }
+    std::string message() const {
+        char buf[2048];
+        mpk_error_message(handle, buf, sizeof buf);
+        return buf;
+    }
+    std::vector<int64_t> progress() const {
+        std::vector<int64_t> p(cfg.num_tasks);
+        mpk_task_progress(handle, p.data(), int(p.size()));
+        return p;
+    }
+    std::vector<int64_t> counters() const {
+        std::vector<int64_t> p(cfg.num_events);
+        mpk_event_counters(handle, p.data(), int(p.size()));
+        return p;
+    }
+    std::vector<MpkWorkerState> snapshot() const {
+        std::vector<MpkWorkerState> s(cfg.num_workers);
+        mpk_snapshot(handle, s.data(), int(s.size()));
+        return s;
+    }
+    // After a clean run of `passes` passes: every SUM value right, every task completed in
+    // the last pass, every counter = num_triggers * passes, every worker DONE.
+    bool check_clean_run(int64_t passes, const char* what) {
+        const int before = g_failures;
+        CHECK(status == MPK_OK, "%s: status %d, message '%s'", what, status, message().c_str());
+        CHECK(mpk_iterations(handle) == passes, "%s: %lld passes, expected %lld", what,
+              (long long)mpk_iterations(handle), (long long)passes);
+        const std::vector<uint64_t> want = expected_values(graph);
+        for (int t = 1; t < graph.num_tasks(); ++t)
+            if (writes_value(graph.nodes[t].variant))
+                CHECK(values[t] == want[t], "%s: task %d value %llx, expected %llx", what, t,
+                      (unsigned long long)values[t], (unsigned long long)want[t]);
+        const std::vector<int64_t> p = progress();
+        for (int t = 1; t < cfg.num_tasks; ++t) CHECK(p[t] == passes, "%s: task %d progress %lld", what, t, (long long)p[t]);
+        const std::vector<int64_t> c = counters();
+        for (int e = 0; e < cfg.num_events; ++e)
+            CHECK(c[e] == built.events[e].num_triggers * passes, "%s: event %d counter %lld, expected %lld", what, e,
+                  (long long)c[e], (long long)(built.events[e].num_triggers * passes));
+        for (const MpkWorkerState& s : snapshot())
+            CHECK(s.state == MPK_WORKER_DONE, "%s: worker %d state %d after a clean run", what, s.worker, s.state);
+        return g_failures == before;
+    }
+};
+
+static void check_row(const std::vector<int64_t>& log, int r, std::vector<int64_t> want, const char* what) {
+    want.resize(fake::kRow, -1);
+    const int64_t* row = log.data() + 1 + r * fake::kRow;
+    for (int k = 0; k < fake::kRow; ++k)
+        CHECK(row[k] == want[k], "%s: log row %d entry %d = %lld, expected %lld", what, r, k, (long long)row[k],
+              (long long)want[k]);
+}
+
+template <class T> static void check_vec(const std::vector<T>& got, std::vector<T> want, const char* what) {
+    for (size_t i = 0; i < want.size(); ++i)
+        CHECK(i < got.size() && got[i] == want[i], "%s[%zu] = %lld, expected %lld", what, i,
+              (long long)(i < got.size() ? got[i] : -999), (long long)want[i]);
+}
+
+// ---- tests: topologies x workers/schedulers x jitter, test mode
+
+static void test_topologies() {
+    struct Shape { const char* name; Graph g; };
+    const std::vector<Shape> shapes = {{"chain20", chain(20)}, {"fork12", fork(12)}, {"join7", join(7)},
+                                       {"diamond", diamond()}, {"random300", random_dag(300, 7)}};
+    const int configs[][2] = {{1, 1}, {3, 1}, {8, 2}, {8, 4}, {2, 4}};  // workers, schedulers
+    for (const Shape& shape : shapes) {
+        int runs = 0;
+        const int before = g_failures;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (const auto& ws : configs)
+            for (uint64_t seed = 0; seed <= 3; ++seed) {
+                MpkConfig c = default_config();
+                c.num_workers = ws[0];
+                c.num_local_schedulers = ws[1];
+                c.jitter = seed > 0;
+                c.jitter_seed = seed;
+                Instance in(shape.g, c);
+                CHECK(in.init(), "%s: mpk_init: %s", shape.name, in.init_error.c_str());
+                in.launch();
+                in.check_clean_run(1, shape.name);
+                ++runs;
+            }
+        printf("topology %-10s tasks %3d: %2d runs (workers x schedulers 1x1 3x1 8x2 8x4 2x4, jitter off + seeds 1..3)"
+               ", values/progress/counters exact, %.2f s %s\n",
+               shape.name, shape.g.num_tasks() - 1, runs, seconds_since(t0), g_failures == before ? "PASS" : "FAIL");
+    }
+}
+
+// ---- tests: meta tensors in test mode
+
+static void test_meta_default() {
+    const int before = g_failures;
+    Instance in(diamond(), default_config());  // every param 1, prompt [1], step [0]
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    in.launch();
+    in.check_clean_run(1, "meta default");
+    check_vec(in.meta.qo, {0, 1}, "qo_indptr");
+    check_vec(in.meta.kv, {0, 1}, "paged_kv_indptr");
+    check_vec(in.meta.kv_indices, {0}, "paged_kv_indices");
+    check_vec(in.meta.last, {1}, "paged_kv_last_page_len");
+    check_vec(in.meta.num_new_tokens, {1}, "num_new_tokens");
+    check_vec(in.meta.input_tokens, {10}, "input_tokens");
+    check_vec(in.meta.step, {1}, "step");
+    check_vec(in.meta.tokens, {10}, "tokens");  // nothing written: step 1 >= max_seq_length 1
+    printf("meta default (all params 1): qo [0,1] kv [0,1] indices [0] last [1] new [1], step -> [1], tokens "
+           "untouched %s\n", g_failures == before ? "PASS" : "FAIL");
+}
+
+static void test_meta_multi_request() {
+    const int before = g_failures;
+    MpkConfig c = default_config();
+    c.max_seq_length = 4;
+    c.max_num_batched_requests = 2;
+    c.max_num_batched_tokens = 4;
+    c.max_num_pages = 4;
+    c.page_size = 2;
+    Graph g = diamond();
+    g.add({}, fake::MODEL);
+    Instance in(g, c, {2, 3, 1}, {0, 0, 0});
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    in.launch();
+    in.check_clean_run(1, "meta multi-request");
+    // r0 prefill 2 (page 0), r1 prefill min(3, 2) = 2 (page 1); r2 waits (slots full)
+    check_row(in.log, 0, {4, 0, 2, 4, 0, 1, 2, 2, 2, 0, 1, 10, 11, 20, 21}, "multi");
+    check_vec(in.meta.step, {2, 2, 0}, "step");
+    check_vec(in.meta.tokens, {10, 11, 12, 0, 20, 21, 22, 0, 30, 0, 0, 0}, "tokens");  // r0 emitted 11+1
+    printf("meta 3 requests, page_size 2, 2 slots, 4 tokens: qo [0,2,4] kv [0,1,2] last [2,2], step -> [2,2,0], "
+           "r0 emits at position 2 %s\n", g_failures == before ? "PASS" : "FAIL");
+}
+
+static void test_meta_prefilled_step() {
+    const int before = g_failures;
+    MpkConfig c = default_config();
+    c.max_seq_length = 8;
+    c.max_num_batched_requests = 2;
+    c.max_num_batched_tokens = 4;
+    c.max_num_pages = 8;
+    c.page_size = 2;
+    Graph g;
+    g.add({}, fake::MODEL);
+    g.add({1});
+    // r0: prompt 4 fully cached (step 4): one decode token tokens[0,4], 5 tokens -> 3 pages.
+    // r1: prompt 5, 2 cached: prefill the last 3, 5 tokens -> 3 pages (first 1 = the cache).
+    Instance in(g, c, {4, 5}, {4, 2});
+    in.meta.tokens[4] = 77;  // the decode input at position 4 of r0
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    in.launch();
+    in.check_clean_run(1, "meta prefilled");
+    check_row(in.log, 0, {4, 0, 1, 4, 0, 3, 6, 1, 1, 0, 1, 2, 3, 4, 5, 77, 22, 23, 24}, "prefilled");
+    check_vec(in.meta.step, {5, 5}, "step");
+    CHECK(in.meta.token(c, 0, 5) == 78, "r0 output at position 5: %lld", (long long)in.meta.token(c, 0, 5));
+    CHECK(in.meta.token(c, 1, 5) == 25, "r1 output at position 5: %lld", (long long)in.meta.token(c, 1, 5));
+    printf("meta pre-filled step [4,2], page_size 2: cached pages first, kv [0,3,6] last [1,1], step -> [5,5], "
+           "outputs at position 5 %s\n", g_failures == before ? "PASS" : "FAIL");
+}
+
+// ---- tests: the offline loop (test_mode 0)
+
+static void test_offline_loop() {
+    const int before = g_failures;
+    MpkConfig c = default_config();
+    c.test_mode = 0;
+    c.num_workers = 4;
+    c.max_seq_length = 6;
+    c.max_num_batched_requests = 2;
+    c.max_num_batched_tokens = 4;
+    c.max_num_pages = 8;
+    c.page_size = 2;
+    c.jitter = 1;
+    c.jitter_seed = 11;
+    Graph g = diamond();
+    g.add({4}, fake::MODEL);
+    Instance in(g, c, {3, 2}, {0, 0});
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    for (int launch = 0; launch < 2; ++launch) {  // the second launch proves per-launch reset
+        if (launch) {
+            in.meta.restore(in.cfg, {3, 2}, {0, 0});  // as Python would restore step / tokens
+            in.reset_buffers();
+        }
+        in.launch();
+        in.check_clean_run(5, "offline loop");
+        // rows: num_new | qo[3] | kv[3] | last[2] | kv indices | input tokens
+        check_row(in.log, 0, {4, 0, 3, 4, 0, 2, 3, 1, 1, 0, 1, 2, 10, 11, 12, 20}, "offline it1");
+        check_row(in.log, 1, {2, 0, 1, 2, 0, 2, 3, 2, 2, 0, 1, 2, 13, 21}, "offline it2");
+        check_row(in.log, 2, {2, 0, 1, 2, 0, 3, 5, 1, 1, 0, 1, 3, 2, 4, 14, 22}, "offline it3");
+        check_row(in.log, 3, {1, 0, 1, 1, 0, 2, 2, 2, 0, 2, 4, 23}, "offline it4");
+        check_row(in.log, 4, {1, 0, 1, 1, 0, 3, 3, 1, 0, 2, 4, 5, 24}, "offline it5");
+        CHECK(in.log[0] == 5, "model ran %lld times", (long long)in.log[0]);
+        check_vec(in.meta.tokens, {10, 11, 12, 13, 14, 15, 20, 21, 22, 23, 24, 25}, "tokens");
+        check_vec(in.meta.step, {5, 5}, "step");  // done at step + 1 >= 6: the last token is emitted, not run
+        check_vec(in.meta.qo, {0, 0, 0}, "final qo_indptr");
+        check_vec(in.meta.num_new_tokens, {0}, "final num_new_tokens");
+    }
+    printf("offline loop prompts [3,2], 4 tokens, max_seq_length 6, page_size 2: 5 passes, per-pass "
+           "layouts and tokens exact, twice on one handle %s\n", g_failures == before ? "PASS" : "FAIL");
+}
+
+static void test_offline_eos() {
+    const int before = g_failures;
+    MpkConfig c = default_config();
+    c.test_mode = 0;
+    c.max_seq_length = 6;
+    c.max_num_batched_requests = 2;
+    c.max_num_batched_tokens = 4;
+    c.max_num_pages = 8;
+    c.page_size = 2;
+    c.eos_token_id = 23;  // r1 emits 22, then 23 and stops; r0 reaches max_seq_length then
+    Graph g;
+    g.add({}, fake::MODEL);
+    Instance in(g, c, {3, 2}, {0, 0});
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    in.launch();
+    in.check_clean_run(3, "offline eos");
+    check_row(in.log, 2, {2, 0, 1, 2, 0, 3, 5, 1, 1, 0, 1, 3, 2, 4, 14, 22}, "eos it3");
+    CHECK(in.log[0] == 3, "model ran %lld times", (long long)in.log[0]);
+    check_vec(in.meta.tokens, {10, 11, 12, 13, 14, 15, 20, 21, 22, 23, 0, 0}, "tokens");
+    check_vec(in.meta.step, {5, 3}, "step");  // without eos r1 would run to step 5 (5 passes)
+    printf("offline loop with eos_token_id 23: r1 stops at step 3 on its eos, r0 at max_seq_length, 3 passes %s\n",
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+// ---- tests: statuses
+
+static void test_nothing_scheduled() {
+    const int before = g_failures;
+    MpkConfig c = default_config();
+    c.max_num_batched_tokens = 0;
+    Instance in(diamond(), c);
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    in.launch();
+    const std::string msg = in.message();
+    CHECK(in.status == MPK_NOTHING_SCHEDULED, "status %d", in.status);
+    for (const char* word : {"total_num_requests=1", "prompt_lengths=[1]", "step=[0]", "max_num_batched_tokens=0"})
+        CHECK(msg.find(word) != std::string::npos, "message lacks '%s': %s", word, msg.c_str());
+    for (int64_t p : in.progress()) CHECK(p == 0, "a task ran");
+    for (int t = 1; t < 5; ++t) CHECK(in.values[t] == kPoison, "task %d wrote", t);
+    CHECK(mpk_iterations(in.handle) == 0, "passes %lld", (long long)mpk_iterations(in.handle));
+    printf("max_num_batched_tokens 0 -> MPK_NOTHING_SCHEDULED, zero tasks ran: \"%s\" %s\n", msg.c_str(),
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+static void test_invalid_at_launch() {
+    const int before = g_failures;
+    MpkConfig c = default_config();
+    c.max_seq_length = 4;
+    c.max_num_batched_tokens = 4;
+    c.max_num_pages = 2;  // the prompt needs 4 pages of 1
+    Instance dry(diamond(), c, {4}, {0});
+    CHECK(dry.init(), "%s", dry.init_error.c_str());
+    dry.launch();
+    std::string msg = dry.message();
+    CHECK(dry.status == MPK_INVALID, "status %d", dry.status);
+    CHECK(msg.find("request 0 needs 4") != std::string::npos && msg.find("max_num_pages = 2") != std::string::npos,
+          "%s", msg.c_str());
+    for (int64_t p : dry.progress()) CHECK(p == 0, "a task ran");
+    printf("free pages run dry -> MPK_INVALID: \"%s\" %s\n", msg.c_str(), g_failures == before ? "PASS" : "FAIL");
+
+    const int before2 = g_failures;
+    Instance zero(diamond(), default_config(), {0}, {0});
+    CHECK(zero.init(), "%s", zero.init_error.c_str());
+    zero.launch();
+    msg = zero.message();
+    CHECK(zero.status == MPK_INVALID && msg.find("prompt_lengths[0] = 0") != std::string::npos, "%d %s", zero.status,
+          msg.c_str());
+    printf("prompt_lengths [0] -> MPK_INVALID at init_kernel: \"%s\" %s\n", msg.c_str(),
+           g_failures == before2 ? "PASS" : "FAIL");
+}
+
+static void test_kernel_exception() {
+    const int before = g_failures;
+    Graph g = chain(3);
+    g.add({3}, fake::THROW);
+    g.add({4});
+    MpkConfig c = default_config();
+    c.num_workers = 4;
+    Instance in(g, c);
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    in.launch();
+    const std::string msg = in.message();
+    CHECK(in.status == MPK_INTERNAL && msg.find("task 4") != std::string::npos &&
+              msg.find("injected failure") != std::string::npos, "%d %s", in.status, msg.c_str());
+    CHECK(in.progress()[5] == 0, "the consumer of the failed task ran");
+    printf("a kernel that throws -> MPK_INTERNAL, process alive: \"%s\" %s\n", msg.c_str(),
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+static void test_unknown_variant() {
+    const int before = g_failures;
+    Graph g = chain(3);
+    g.add({3}, 99);  // a variant the dispatcher above does not have
+    g.add({4});
+    Instance in(g, default_config());
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    in.launch();
+    const std::string msg = in.message();
+    CHECK(in.status == MPK_INVALID && msg.find("task 4 has variant 99") != std::string::npos, "%d %s", in.status,
+          msg.c_str());
+    CHECK(in.progress()[5] == 0, "the consumer of the undispatched task ran");
+    printf("a variant the dispatcher lacks -> MPK_INVALID, not a silent no-op: \"%s\" %s\n", msg.c_str(),
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+// ---- tests: watchdog
+
+static void test_hang() {
+    for (int variant = 0; variant < 2; ++variant) {
+        const int before = g_failures;
+        // event 1 needs 2 triggers but only task 1 triggers it: it never fires, so task 2 is never
+        // enqueued (event-driven dispatch) and every worker ends up idle.
+        Graph g;
+        g.add({});
+        g.add({1});
+        g.add({});  // an unrelated leaf that finishes
+        MpkConfig c = default_config();
+        c.watchdog_s = 0.3;
+        c.num_workers = variant ? 8 : 2;
+        c.num_local_schedulers = variant ? 3 : 1;
+        c.jitter = variant;
+        c.jitter_seed = 5;
+        Instance in(g, c);
+        in.built.events[1].num_triggers = 2;
+        CHECK(in.init(), "%s", in.init_error.c_str());
+        in.launch();
+        const std::string msg = in.message();
+        CHECK(in.status == MPK_HANG, "status %d", in.status);
+        // the first launch starts the threads and their fibers (slow under TSan on 2 cores)
+        const double start_s = static_cast<mpk::host::Kernel*>(in.handle)->start_s;
+        CHECK(in.seconds >= c.watchdog_s && in.seconds - start_s < c.watchdog_s + 0.5,
+              "HANG after %.3f s (watchdog_s %.2f, %.3f s to start)", in.seconds, c.watchdog_s, start_s);
+        for (const MpkWorkerState& s : in.snapshot())
+            CHECK(s.state == MPK_WORKER_IDLE && s.task == -1, "worker %d state %d task %lld: task 2 was enqueued",
+                  s.worker, s.state, (long long)s.task);
+        const std::vector<int64_t> p = in.progress(), e = in.counters();
+        CHECK(p[1] == 1 && p[2] == 0 && p[3] == 1, "progress %lld %lld %lld", (long long)p[1], (long long)p[2],
+              (long long)p[3]);
+        CHECK(e[1] == 1 && e[2] == 1, "event counters %lld %lld", (long long)e[1], (long long)e[2]);
+        CHECK(mpk_iterations(in.handle) == 0, "passes %lld", (long long)mpk_iterations(in.handle));
+        CHECK(msg.find("event 1 of pass 1 never fired (counter 1, needs 2): tasks 2..2 not started") != std::string::npos,
+              "%s", msg.c_str());
+        printf("missing trigger (%d workers, %d schedulers, jitter %d) -> MPK_HANG after %.3f s (watchdog_s 0.3), no "
+               "worker holds the starved task: \"%s\" %s\n", c.num_workers, c.num_local_schedulers, c.jitter,
+               in.seconds, msg.c_str(), g_failures == before ? "PASS" : "FAIL");
+    }
+}
+
+// A wait on a peer's counter shows as WAITING on that rank (the watchdog fires, the snapshot
+// and message name the rank); once the counter arrives the task finishes, and the pass
+// number the kernel sees keeps counting across launches (signals only grow).
+static void test_peer_wait() {
+    const int before = g_failures;
+    Graph g;
+    const int t = g.add({}, fake::PEER);
+    MpkConfig c = default_config();
+    c.watchdog_s = 0.3;
+    Instance in(g, c);
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    __atomic_store_n(reinterpret_cast<int64_t*>(&in.values[t]), int64_t(0), __ATOMIC_RELEASE);
+    in.launch();
+    const std::string msg = in.message();
+    CHECK(in.status == MPK_HANG, "status %d", in.status);
+    int waiting = 0;
+    for (const MpkWorkerState& s : in.snapshot())
+        if (s.state == MPK_WORKER_WAITING && s.task == t) {
+            ++waiting;
+            CHECK(s.peer == 1 && s.peer_wait == MPK_PEER_DATA && s.event == -1 && s.counter == 0 && s.needed == 1,
+                  "peer %d wait %d event %d counter %lld needs %lld", s.peer, s.peer_wait, s.event,
+                  (long long)s.counter, (long long)s.needed);
+        }
+    CHECK(waiting == 1, "%d workers wait at the peer task", waiting);
+    CHECK(msg.find("waits for rank 1 (its signal): counter 0, needs 1") != std::string::npos, "%s", msg.c_str());
+    CHECK(in.progress()[t] == 0, "the peer task completed without its signal");
+
+    MpkConfig c2 = default_config();
+    Instance ok(g, c2);
+    CHECK(ok.init(), "%s", ok.init_error.c_str());
+    int64_t* counter = reinterpret_cast<int64_t*>(&ok.values[t]);
+    for (int64_t pass = 1; pass <= 2; ++pass) {
+        __atomic_store_n(counter, pass - 1, __ATOMIC_RELEASE);
+        ok.meta.restore(ok.cfg, {1}, {0});
+        std::thread peer([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            __atomic_store_n(counter, pass, __ATOMIC_RELEASE);
+        });
+        ok.launch();
+        peer.join();
+        CHECK(ok.status == MPK_OK, "launch %lld: status %d %s", (long long)pass, ok.status, ok.message().c_str());
+        CHECK(__atomic_load_n(counter, __ATOMIC_ACQUIRE) == pass + 100, "launch %lld: signalled %lld",
+              (long long)pass, (long long)__atomic_load_n(counter, __ATOMIC_ACQUIRE));
+    }
+    printf("peer wait: no signal -> MPK_HANG naming rank 1 (\"...%s\"); with the signal -> OK, pass number 1 "
+           "then 2 across launches %s\n", msg.substr(msg.find("waits for rank"), msg.find(';', msg.find("waits for rank")) - msg.find("waits for rank")).c_str(),
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+static void test_long_task_is_not_a_hang() {
+    const int before = g_failures;
+    Graph g;
+    g.add({});
+    g.add({1}, fake::SUM, 500000);  // 0.5 s = 2 x watchdog_s inside the kernel
+    g.add({2});
+    MpkConfig c = default_config();
+    c.watchdog_s = 0.25;
+    Instance in(g, c);
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    in.launch();
+    in.check_clean_run(1, "long task");
+    CHECK(in.seconds >= 0.5, "launch took %.3f s", in.seconds);
+    printf("one task sleeping 0.5 s with watchdog_s 0.25 -> MPK_OK in %.3f s %s\n", in.seconds,
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+// ---- tests: mpk_init validation
+
+static void test_init_rejects() {
+    const int before = g_failures;
+    struct Case {
+        const char* name;
+        const char* expect;
+        void (*mutate)(Instance&);
+    };
+    const Case cases[] = {
+        {"abi_version", "abi_version 99", [](Instance& in) { in.cfg.abi_version = 99; }},
+        {"num_workers 0", "num_workers = 0", [](Instance& in) { in.cfg.num_workers = 0; }},
+        {"num_local_schedulers 0", "num_local_schedulers = 0", [](Instance& in) { in.cfg.num_local_schedulers = 0; }},
+        {"num_tasks 1", "num_tasks = 1", [](Instance& in) { in.cfg.num_tasks = 1; }},
+        {"page_size 0", "page_size = 0", [](Instance& in) { in.cfg.page_size = 0; }},
+        {"dependent_event out of range", "dependent_event 9", [](Instance& in) { in.built.tasks[2].dependent_event = 9; }},
+        {"waits on event 0", "waits on event 0", [](Instance& in) { in.built.tasks[2].dependent_event = 0; }},
+        {"waits on END", "waits on END_OF_TASK_GRAPH", [](Instance& in) { in.built.tasks[2].dependent_event = 3; }},
+        {"trigger out of range", "trigger event 7", [](Instance& in) { in.built.tasks[1].trigger_events[0] = 7; }},
+        {"trigger after waiter", "task 4 triggers event 1, which task 2 waits on",
+         [](Instance& in) { in.built.tasks[4].trigger_events[in.built.tasks[4].num_triggers++] = 1; }},
+        {"END num_triggers", "num_triggers 5 but 1 task triggers", [](Instance& in) { in.built.events[3].num_triggers = 5; }},
+        {"no trigger", "num_triggers = 0", [](Instance& in) { in.built.tasks[2].num_triggers = 0; }},
+        {"too many triggers", "num_triggers = 9", [](Instance& in) { in.built.tasks[2].num_triggers = 9; }},
+        {"too many tiles", "at most 8 tiles", [](Instance& in) { in.built.tasks[2].num_inputs = 8; }},
+        {"tile tensor", "tensor 5 outside [0, 2)", [](Instance& in) { in.built.tasks[2].tiles[0].tensor = 5; }},
+        {"null tensor", "tensor_ptrs[1] is NULL", [](Instance& in) { in.tensors[1] = nullptr; }},
+        {"null meta", "meta tensor step is NULL", [](Instance& in) { in.meta_view.step = nullptr; }},
+        {"TERMINATE first", "tasks[0].task_type", [](Instance& in) { in.built.tasks[0].task_type = 100; }},
+        {"too many schedulers", "num_local_schedulers = 300", [](Instance& in) { in.cfg.num_local_schedulers = 300; }},
+        {"waiter outside its range", "task 3 waits on event 1, whose task range [2, 3) does not hold it",
+         [](Instance& in) { in.built.events[1].last_task_id = 3; }},
+        {"range outside the tasks", "event 2: task range [4, 9) is not inside",
+         [](Instance& in) { in.built.events[2].last_task_id = 9; }},
+        {"END launches", "event 3 (END_OF_TASK_GRAPH) has the task range [1, 2)",
+         [](Instance& in) { in.built.events[3].first_task_id = 1; in.built.events[3].last_task_id = 2; }},
+        {"fires early", "event 2 has num_triggers 1 but 2 task triggers point at it",
+         [](Instance& in) { in.built.events[2].num_triggers = 1; }},
+        {"never fires", "event 2 launches tasks [4, 5) but has num_triggers 0",
+         [](Instance& in) { in.built.events[2].num_triggers = 0; }},
+    };
+    int rejected = 0;
+    for (const Case& k : cases) {
+        Instance in(diamond(), default_config());  // events: 0 TERM, 1 {1}: [2, 4), 2 {2,3}: [4, 5), 3 END
+        k.mutate(in);
+        const bool ok = in.init();
+        CHECK(!ok && in.init_error.find(k.expect) != std::string::npos, "%s: handle %p, message '%s'", k.name,
+              in.handle, in.init_error.c_str());
+        rejected += !ok;
+    }
+    char err[256];
+    CHECK(mpk_init(nullptr, nullptr, nullptr, nullptr, nullptr, err, sizeof err) == nullptr, "null config accepted");
+    printf("mpk_init rejects %d/%zu bad inputs with a message, e.g. \"%s\" %s\n", rejected, sizeof cases / sizeof cases[0], err,
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+// ---- tests: handles
+
+static void test_two_handles_concurrently() {
+    const int before = g_failures;
+    MpkConfig c = default_config();
+    c.num_workers = 4;
+    c.jitter = 1;
+    Instance a(random_dag(200, 1), c), b(random_dag(150, 2), c);
+    a.cfg.jitter_seed = 21;
+    b.cfg.jitter_seed = 22;
+    CHECK(a.init() && b.init(), "%s %s", a.init_error.c_str(), b.init_error.c_str());
+    for (int round = 0; round < 5; ++round) {
+        a.reset_buffers();  // same storage, poisoned again; step restored (a launch advances it)
+        b.reset_buffers();
+        a.meta.restore(a.cfg, {1}, {0});
+        b.meta.restore(b.cfg, {1}, {0});
+        std::thread ta([&] { a.launch(); });
+        std::thread tb([&] { b.launch(); });
+        ta.join();
+        tb.join();
+        a.check_clean_run(1, "handle a");
+        b.check_clean_run(1, "handle b");
+    }
+    printf("two handles of one module, 4 workers each, launched concurrently 5 times: both exact %s\n",
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+static void test_concurrent_launch_refused() {
+    const int before = g_failures;
+    Graph g;
+    g.add({}, fake::SUM, 200000);
+    Instance in(g, default_config());
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    std::thread t([&] { in.launch(); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK(mpk_launch(in.handle) == MPK_INVALID, "a second concurrent launch was accepted");
+    t.join();
+    in.check_clean_run(1, "first launch");
+    int64_t sizes[6];
+    CHECK(mpk_abi_sizes(sizes, 6) == 6 && sizes[1] == sizeof(MpkTask) && mpk_abi_version() == MPK_ABI_VERSION,
+          "abi sizes/version");
+    printf("a second mpk_launch on a running handle -> MPK_INVALID; abi sizes %lld %lld %lld %lld %lld %lld %s\n",
+           (long long)sizes[0], (long long)sizes[1], (long long)sizes[2], (long long)sizes[3], (long long)sizes[4],
+           (long long)sizes[5], g_failures == before ? "PASS" : "FAIL");
+}
+
+// ---- tests: MPK's event-driven dispatch, the scheduler ring's bound, the stuck-in-kernel limit
+
+// A task is enqueued only once its event has fired: while PROBE (task 1) runs for 60 ms, it
+// inspects every worker ring; 40 first tasks are queued at the start of the pass, and the 20
+// tasks that wait on PROBE must not be in any ring until it finishes. (The former executor
+// queued every task of a pass at its start: this test fails on it.)
+static void test_event_driven_dispatch() {
+    const int before = g_failures;
+    Graph g;
+    const int p = g.add({}, fake::PROBE, 60);
+    for (int i = 0; i < 40; ++i) g.add({});
+    for (int i = 0; i < 20; ++i) g.add({p});
+    MpkConfig c = default_config();
+    c.num_workers = 2;
+    c.num_local_schedulers = 2;
+    Instance in(g, c);
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    fake::g_violations = 0;
+    fake::g_queued_seen = 0;
+    fake::g_kernel = static_cast<mpk::host::Kernel*>(in.handle);
+    in.launch();
+    fake::g_kernel = nullptr;
+    in.check_clean_run(1, "event-driven dispatch");
+    CHECK(fake::g_violations == 0, "%d queued ids whose event had not fired", fake::g_violations.load());
+    CHECK(fake::g_queued_seen > 0, "the probe never saw a queued task: vacuous");
+    printf("event-driven dispatch: while task 1 ran, %d queued ids seen in the worker rings, %d of them before their "
+           "event fired %s\n", fake::g_queued_seen.load(), fake::g_violations.load(),
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+// The scheduler ring's capacity comes from the graph; a push that finds it full is a named error.
+// Shrunk to 2 slots here: task 1 completes 6 events at once while the scheduler sleeps.
+static void test_scheduler_queue_overflow() {
+    const int before = g_failures;
+    Graph g;
+    const int root = g.add({}, fake::SUM, 30000);  // the scheduler backs off into 1 ms sleeps meanwhile
+    for (int i = 0; i < 6; ++i) {
+        g.add({root});
+        g.add({});  // separates the consumers: one event each
+    }
+    MpkConfig c = default_config();
+    c.num_workers = 1;
+    c.num_local_schedulers = 1;
+    Instance in(g, c);
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    CHECK(in.built.tasks[root].num_triggers == 6, "root triggers %d events", in.built.tasks[root].num_triggers);
+    mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(in.handle);
+    CHECK(k.st.sched_cap == mpk::exec::scheduler_ring_capacity(in.cfg.num_events) && k.st.sched_cap >= 2 * in.cfg.num_events,
+          "capacity %lld for %d events", (long long)k.st.sched_cap, in.cfg.num_events);
+    k.st.sched_cap = 2;  // the buffer stays larger: only the bound shrinks
+    in.launch();
+    const std::string msg = in.message();
+    CHECK(in.status == MPK_INTERNAL && msg.find("scheduler queue 0 overflows: 3 messages for 2 slots (pass 1, event") !=
+                                           std::string::npos, "%d %s", in.status, msg.c_str());
+    printf("a scheduler ring shrunk to 2 slots, 6 events at once -> MPK_INTERNAL: \"%s\" %s\n", msg.c_str(),
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+// A task that stays inside its kernel past stuck_s is reported (MPK_STUCK) instead of blocking
+// forever; the handle refuses launches until the worker is back, then runs again.
+static void test_stuck_in_kernel() {
+    const int before = g_failures;
+    Graph g;
+    g.add({});
+    const int t = g.add({1}, fake::SPIN);
+    g.add({t});
+    MpkConfig c = default_config();
+    c.watchdog_s = 0.1;
+    c.stuck_s = 0.4;
+    Instance in(g, c);
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    fake::g_release = 0;
+    in.launch();
+    std::string msg = in.message();
+    CHECK(in.status == MPK_STUCK, "status %d: %s", in.status, msg.c_str());
+    CHECK(in.seconds >= 0.4 && in.seconds < 1.5, "MPK_STUCK after %.3f s", in.seconds);
+    CHECK(msg.find("task 2 (iteration 1) has been inside its kernel on worker") != std::string::npos &&
+              msg.find("stuck_s = 0.4") != std::string::npos, "%s", msg.c_str());
+    const std::string first = msg;
+    const double took = in.seconds;
+    CHECK(in.launch() == MPK_INVALID && in.message().find("is still inside task 2 of an earlier launch") !=
+                                            std::string::npos, "%d %s", in.status, in.message().c_str());
+    fake::g_release = 1;
+    mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(in.handle);
+    bool back = false;
+    for (int i = 0; i < 200 && !back; ++i) {  // the worker leaves its kernel, then the launch
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        std::lock_guard<std::mutex> lock(k.mu);
+        back = k.live == 0;
+    }
+    CHECK(back, "the stuck worker did not come back");
+    in.meta.restore(in.cfg, {1}, {0});
+    in.reset_buffers();
+    in.launch();
+    in.check_clean_run(1, "after the stuck worker came back");
+    printf("a task inside its kernel past stuck_s 0.4 (watchdog_s 0.1) -> MPK_STUCK after %.3f s: \"%s\"; refused "
+           "while it stays; OK once it returned %s\n", took, first.c_str(), g_failures == before ? "PASS" : "FAIL");
+}
+
+int main() {
+    const auto t0 = std::chrono::steady_clock::now();
+    test_topologies();
+    test_meta_default();
+    test_meta_multi_request();
+    test_meta_prefilled_step();
+    test_offline_loop();
+    test_offline_eos();
+    test_nothing_scheduled();
+    test_invalid_at_launch();
+    test_kernel_exception();
+    test_unknown_variant();
+    test_hang();
+    test_peer_wait();
+    test_long_task_is_not_a_hang();
+    test_event_driven_dispatch();
+    test_scheduler_queue_overflow();
+    test_stuck_in_kernel();
+    test_init_rejects();
+    test_two_handles_concurrently();
+    test_concurrent_launch_refused();
+    printf("%s: %d failure(s), %.2f s\n", g_failures ? "FAILED" : "All runtime tests passed", g_failures.load(),
+           seconds_since(t0));
+    return g_failures ? 1 : 0;
+}
