@@ -97,7 +97,7 @@ def task_graph_json(graph: Graph, variants: Variants) -> dict:
                  "expert_offset": -1, "kv_idx": -1, "merge_task_offset": 0, "task_offset": 0}
     events = [{"event_id": e.id, "event_type": EVENT_TYPES[e.kind], "kind": e.kind,
                "num_triggers": e.num_triggers,
-               "first_task_id": min(e.waiters, default=-1), "last_task_id": max(e.waiters, default=-1),
+               "first_task_id": e.first_task_id, "last_task_id": e.last_task_id,   # [first, last)
                "waiters": list(e.waiters)} for e in graph.events]
     return {"all_tasks": [terminate] + [_task_json(t, variants) for t in graph.tasks[1:]],
             "all_events": events,

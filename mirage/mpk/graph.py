@@ -4,8 +4,9 @@ Dependencies are exact at tile level: a task depends on the earlier tasks whose 
 overlap what it reads (read-after-write), and a writing task also on the earlier readers
 and writers of what it overwrites (write-after-read, write-after-write). Walking a tensor's
 history backwards stops at the first layer whose writes cover the whole tile: anything
-older is ordered before that layer already. Tasks with the same dependency set share an
-event; no DAG shape is rejected.
+older is ordered before that layer already. Tasks of one layer with the same dependency set
+share an event, and tasks are numbered so that each event's waiters are one id range, MPK's
+[first_task_id, last_task_id); no DAG shape is rejected.
 """
 from __future__ import annotations
 
@@ -71,7 +72,17 @@ class Event:
     id: int
     kind: str                     # "termination" | "launch" | "end_of_task_graph"
     num_triggers: int
-    waiters: list[int]
+    waiters: list[int]            # ascending; consecutive ids (the verifier checks it)
+
+    # MPK's half-open range of the tasks an event launches when it fires. An event nobody waits
+    # on (TERMINATION, END_OF_TASK_GRAPH) has the empty range [0, 0), as MPK writes them.
+    @property
+    def first_task_id(self) -> int:
+        return self.waiters[0] if self.waiters else 0
+
+    @property
+    def last_task_id(self) -> int:
+        return self.waiters[-1] + 1 if self.waiters else 0
 
 
 @dataclass
@@ -154,11 +165,16 @@ def _build(layers: list[Layer]) -> Graph:
         for coord in grid_coords(layer.grid):
             ins = [tile_of(a, layer.grid, coord, False) for a in layer.inputs]
             outs = [tile_of(a, layer.grid, coord, True) for a in layer.outputs]
-            task = Task(len(tasks), layer, coord, ins, outs)
+            task = Task(-1, layer, coord, ins, outs)
             for tile in ins + outs:
                 task.deps |= _dependencies(history.get(tile.tensor.id, []), tile)
-            tasks.append(task)
             mine.append(task)
+        # Numbered once its dependencies are known (they point at earlier layers only), so the
+        # history holds final ids; only a coarsened layer is renumbered later (_assign_events).
+        mine = _layer_order(mine)
+        for task in mine:
+            task.id = len(tasks)
+            tasks.append(task)
         _record(history, li, layer, mine)
     graph = Graph(layers, tasks, [])
     _assign_events(graph)
@@ -238,33 +254,63 @@ def _assign_signals(graph: Graph) -> None:
 
 # ---- events --------------------------------------------------------------------------------
 
+def _layer_order(tasks: list[Task]) -> list[Task]:
+    """The numbering rule, for one layer's tasks given in grid order (x fastest): first the
+    tasks that wait on nothing, then one run per dependency set in order of first appearance,
+    each run in grid order. A run is one event's waiters (_assign_events).
+
+    Why: an event launches a contiguous id range (MPK's [first_task_id, last_task_id)), so its
+    waiters must be consecutive; events are per layer because layers are contiguous and two
+    layers' waiters of one set are in general not adjacent. Tasks that wait on nothing go
+    first: they can start at once, and a scheduler walking the layer in id order reaches them
+    before tasks that still wait."""
+    free: list[Task] = []
+    runs: dict[frozenset, list[Task]] = {}        # insertion order = first appearance
+    for t in tasks:
+        if t.deps:
+            runs.setdefault(frozenset(t.deps), []).append(t)
+        else:
+            free.append(t)
+    if len(runs) <= 1 and (not free or not runs):
+        return tasks                              # already in that order: the common case
+    for run in runs.values():
+        free += run
+    return free
+
+
 def _assign_events(graph: Graph) -> None:
-    """Tasks with equal dependency sets share an event; coarsen over the trigger cap."""
+    """One launch event per dependency set of a layer, coarsened over the trigger cap; the tasks
+    are numbered so that each event's waiters are one run of ids (_layer_order)."""
     tasks = graph.tasks
+    layer_index = {id(layer): li for li, layer in enumerate(graph.layers)}
     while True:
-        fan_out: dict[int, set[frozenset]] = {}
+        fan_out: dict[int, set[tuple[int, frozenset]]] = {}
         for t in tasks[1:]:
             if t.deps:
-                key = frozenset(t.deps)
+                key = (layer_index[id(t.layer)], frozenset(t.deps))
                 for p in t.deps:
                     fan_out.setdefault(p, set()).add(key)
         worst = max(fan_out, key=lambda p: len(fan_out[p]), default=None)
         if worst is None or len(fan_out[worst]) <= MAX_TRIGGERS:
             break
         _coarsen(graph, worst, fan_out[worst])
+    if graph.coarsened:
+        _renumber_coarsened(graph)
 
-    groups: dict[frozenset, list[int]] = {}
-    for t in tasks[1:]:
-        if t.deps:
-            groups.setdefault(frozenset(t.deps), []).append(t.id)
     events = [Event(TERMINATION_EVENT, "termination", 0, [])]
-    for key, waiters in sorted(groups.items(), key=lambda kv: kv[1][0]):
-        ev = Event(len(events), "launch", len(key), waiters)
-        events.append(ev)
-        for w in waiters:
-            tasks[w].event = ev.id
-        for p in sorted(key):
-            tasks[p].triggers.append(ev.id)
+    ev, prev = events[0], None
+    for t in tasks[1:]:                           # equal sets of a layer are adjacent: one event
+        if not t.deps:
+            prev = None
+            continue
+        if prev is None or prev.layer is not t.layer or prev.deps != t.deps:
+            ev = Event(len(events), "launch", len(t.deps), [])
+            events.append(ev)
+            for p in sorted(t.deps):
+                tasks[p].triggers.append(ev.id)
+        ev.waiters.append(t.id)
+        t.event = ev.id
+        prev = t
     leaves = [t for t in tasks[1:] if not t.triggers]
     end = Event(len(events), "end_of_task_graph", len(leaves), [])
     events.append(end)
@@ -273,24 +319,43 @@ def _assign_events(graph: Graph) -> None:
     graph.events = events
 
 
-def _coarsen(graph: Graph, producer: int, keys: set[frozenset]) -> None:
+def _renumber_coarsened(graph: Graph) -> None:
+    """A coarsened layer is one run (all its tasks wait on the barrier): back to grid order. Each
+    layer keeps its block of ids, so only ids inside coarsened layers move."""
+    tasks = graph.tasks
+    new_id = list(range(len(tasks)))
+    for name in graph.coarsened:
+        block = [t for t in tasks[1:] if t.layer.name == name]          # in id order: its block
+        for k, t in enumerate(sorted(block, key=lambda t: t.coord[::-1]), start=block[0].id):
+            new_id[t.id] = k                                          # z, y, x: x fastest
+    tasks[1:] = sorted(tasks[1:], key=lambda t: new_id[t.id])
+    for t in tasks[1:]:
+        t.id = new_id[t.id]
+        t.deps = {new_id[p] for p in t.deps}
+
+
+def _coarsen(graph: Graph, producer: int, keys: set[tuple[int, frozenset]]) -> None:
     """Give the consumer layer that adds most events to `producer` one barrier event."""
-    by_layer: dict[str, set[frozenset]] = {}
-    for t in graph.tasks[1:]:
-        if t.deps and frozenset(t.deps) in keys:
-            by_layer.setdefault(t.layer.name, set()).add(frozenset(t.deps))
-    name = max(by_layer, key=lambda n: len(by_layer[n]))
-    if len(by_layer[name]) == 1:
+    by_layer: dict[int, set[frozenset]] = {}
+    for li, deps in keys:
+        by_layer.setdefault(li, set()).add(deps)
+    # ties go to the earliest layer: deterministic, so every rank coarsens alike
+    li = max(sorted(by_layer), key=lambda k: len(by_layer[k]))
+    if len(by_layer[li]) == 1:
         p = graph.tasks[producer]
+        names = ", ".join(f"'{graph.layers[k].name}'" for k in sorted(by_layer))
         raise GraphError(f"task {p.label} would trigger {len(keys)} events (cap {MAX_TRIGGERS}) even "
-                         f"with one barrier per consumer layer; split its consumers differently")
-    members = [t for t in graph.tasks[1:] if t.layer.name == name]
+                         f"with one barrier per consumer layer: layers {names} each wait on it through "
+                         f"their own event (events are per layer); split its consumers differently, e.g. "
+                         f"let some layers read a copy of its output (an identity layer)")
+    layer = graph.layers[li]
+    members = [t for t in graph.tasks[1:] if t.layer is layer]
     union = set().union(*(t.deps for t in members))
     for t in members:
         t.deps = set(union)
-    graph.coarsened.append(name)
+    graph.coarsened.append(layer.name)
     log.info("layer '%s': %d dependency sets would make task %s trigger more than %d events; "
-             "coarsened to one barrier event over %d tasks", name, len(by_layer[name]),
+             "coarsened to one barrier event over %d tasks", layer.name, len(by_layer[li]),
              graph.tasks[producer].label, MAX_TRIGGERS, len(union))
 
 
@@ -308,7 +373,9 @@ def _verify(graph: Graph) -> None:
     if n_events < 2 or events[0].kind != "termination" or events[-1].kind != "end_of_task_graph":
         raise GraphError("events must start with TERMINATION and end with END_OF_TASK_GRAPH")
     triggered: dict[int, list[Task]] = {e: [] for e in range(n_events)}
-    for t in tasks:
+    for i, t in enumerate(tasks, start=1):
+        if t.id != i:
+            raise GraphError(f"task {t.label} is at position {i} of the task list but has id {t.id}")
         if not -1 <= t.event < n_events or t.event in (TERMINATION_EVENT, n_events - 1):
             raise GraphError(f"task {t.label} waits on event {t.event}, which no task may wait on")
         if len(t.triggers) > MAX_TRIGGERS or len(set(t.triggers)) != len(t.triggers):
@@ -337,6 +404,34 @@ def _verify(graph: Graph) -> None:
     index = _AccessIndex(graph)
     _check_reads_covered(graph, deps, index)
     _check_overwrites_ordered(graph, deps, index)
+    _check_event_ranges(graph)
+
+
+def _ids(ids: list[int], limit: int = 8) -> str:
+    more = f", ... ({len(ids)} tasks)" if len(ids) > limit else ""
+    return ", ".join(map(str, ids[:limit])) + more if ids else "none"
+
+
+def _check_event_ranges(graph: Graph) -> None:
+    """The tasks waiting on each event are exactly its range [first_task_id, last_task_id), the
+    tasks MPK's scheduler launches when the event fires, and `waiters` (which the range and the
+    JSON come from) lists them."""
+    waiting: dict[int, list[int]] = {}
+    for t in graph.tasks[1:]:                   # in id order: each list ascends
+        if t.event > 0:
+            waiting.setdefault(t.event, []).append(t.id)
+    for e in graph.events:
+        ids = waiting.get(e.id, [])
+        if ids and ids[-1] - ids[0] + 1 != len(ids):
+            first, last, mine = ids[0], ids[-1] + 1, set(ids)
+            other = graph.tasks[next(k for k in range(first, last) if k not in mine)]
+            what = f"waits on event {other.event}" if other.event >= 0 else "waits on no event"
+            raise GraphError(f"event {e.id}: waiters are tasks {_ids(ids)} but its range [{first}, {last}) "
+                             f"also holds task {other.id} = '{other.layer.name}'{other.coord}, which {what}")
+        if e.waiters != ids:
+            raise GraphError(f"event {e.id} ({e.kind}) lists waiters {_ids(e.waiters)}, range "
+                             f"[{e.first_task_id}, {e.last_task_id}), but the tasks waiting on it are "
+                             f"{_ids(ids)}")
 
 
 def _check_acyclic(graph: Graph, deps: dict[int, set[int]]) -> None:

@@ -78,8 +78,8 @@ class Runtime:
             _inject(fault, graph, tasks, config)
         events = (abi.MpkEvent * len(graph.events))()
         for e in graph.events:
-            events[e.id] = abi.MpkEvent(abi.EVENT_TYPES[e.kind], e.num_triggers,
-                                        min(e.waiters, default=-1), max(e.waiters, default=-1))
+            events[e.id] = abi.MpkEvent(abi.EVENT_TYPES[e.kind], e.num_triggers,   # waiters: [first, last)
+                                        e.first_task_id, e.last_task_id)
         ptrs = (C.c_void_p * len(tensors))(*[t.data.data_ptr() for t in tensors])
         m = abi.MpkMeta(**{k: meta[k].data_ptr() for k in abi.META_FIELDS})
         cfg = abi.MpkConfig(abi_version=abi.ABI_VERSION, num_tasks=len(graph.tasks),

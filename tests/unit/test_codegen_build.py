@@ -78,12 +78,15 @@ def test_task_graph_json_keeps_mpk_fields(tmp_path):
 
     # task 0 is TERMINATE; tasks 1, 2 = L0 (x = 0, 1); task 3 = L1
     assert len(tasks) == 4 and tasks[0]["task_type"] == TASK_TERMINATE
-    # events: 0 TERMINATION, 1 the join (L0 tasks -> L1), 2 END_OF_TASK_GRAPH (the leaf L1)
+    # events: 0 TERMINATION, 1 the join (L0 tasks -> L1), 2 END_OF_TASK_GRAPH (the leaf L1).
+    # first_task_id/last_task_id: MPK's half-open range of the waiters; [0, 0) when none, as MPK writes
     assert [e["event_type"] for e in events] == [0, 1, 2]
+    assert {k: events[0][k] for k in EVENT_KEYS} == {
+        "event_type": 0, "num_triggers": 0, "first_task_id": 0, "last_task_id": 0, "waiters": []}
     assert {k: events[1][k] for k in EVENT_KEYS} == {
-        "event_type": 1, "num_triggers": 2, "first_task_id": 3, "last_task_id": 3, "waiters": [3]}
+        "event_type": 1, "num_triggers": 2, "first_task_id": 3, "last_task_id": 4, "waiters": [3]}
     assert {k: events[2][k] for k in EVENT_KEYS} == {
-        "event_type": 2, "num_triggers": 1, "first_task_id": -1, "last_task_id": -1, "waiters": []}
+        "event_type": 2, "num_triggers": 1, "first_task_id": 0, "last_task_id": 0, "waiters": []}
     assert doc["first_tasks"] == [1, 2]
 
     t2 = tasks[2]

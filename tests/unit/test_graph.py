@@ -1,4 +1,4 @@
-"""mirage.mpk.graph: exact tile dependencies, shared events, coarsening, and the verifier.
+"""mirage.mpk.graph: exact tile dependencies, shared events, numbering, coarsening, and the verifier.
 
 Pure Python: layers are declared on a PersistentKernel (never compiled) over new_tensor()s,
 which get no storage, then graph.build(pk.layers). Run: pytest tests/unit/test_graph.py -s
@@ -166,6 +166,7 @@ def test_equal_dependency_sets_share_one_event():
     ev = g.events[task(g, 1, 0).event]
     assert [t.event for t in g.tasks[2:]] == [ev.id] * 4
     assert ev.num_triggers == 1 and ev.waiters == [2, 3, 4, 5]
+    assert (ev.first_task_id, ev.last_task_id) == (2, 6)     # MPK's half-open launch range
     assert task(g, 0).triggers == [ev.id]
     assert len(g.events) == 3    # TERMINATION, the shared event, END
 
@@ -181,16 +182,20 @@ def test_join():
     assert all(task(g, 0, i).triggers == [ev.id] for i in range(4))
 
 
-def test_fork_same_set_shares_an_event_across_layers():
+def test_fork_same_set_one_event_per_consumer_layer():
     n = Net()
     x, y, a, b = n.t("x"), n.t("y"), n.t("a"), n.t("b")
     n.copy(x, y, (1, 1, 1))
     n.copy(y, a, (2, 1, 1))
     n.copy(y, b, (2, 1, 1))      # four consumers in two layers, all with the set {L0(0)}
     g = n.build()
-    events = {t.event for t in g.tasks[2:]}
-    assert len(events) == 1 and g.events[events.pop()].num_triggers == 1
-    assert len(task(g, 0).triggers) == 1
+    # within a layer the set is shared; across layers it is not (ids 2, 3 and 4, 5 are two ranges, and
+    # a third layer in between would split one event's range), so L0(0) triggers one event per layer
+    ea, eb = task(g, 1, 0).event, task(g, 2, 0).event
+    assert task(g, 1, 1).event == ea != eb == task(g, 2, 1).event
+    assert [(e.waiters, e.first_task_id, e.last_task_id, e.num_triggers) for e in g.events[1:3]] == [
+        ([2, 3], 2, 4, 1), ([4, 5], 4, 6, 1)]
+    assert task(g, 0).triggers == [ea, eb] and len(g.events) == 4
 
 
 def test_fork_different_sets_means_several_triggers():
@@ -225,6 +230,37 @@ def test_diamond_and_the_shapes_mpk_rejects():
         task(g, 3, 0).id, task(g, 3, 1).id}
 
 
+# ---- numbering: each event's waiters are one id range [first_task_id, last_task_id) ----------------
+
+def test_tasks_sharing_an_event_get_consecutive_ids():
+    n = Net()
+    x, y, z = n.t("x", 4, 4), n.t("y", 4, 4), n.t("z", 4, 4)
+    n.copy(x, y, (2, 1, 1))      # L0: rows [0,2) [2,4): tasks 1, 2
+    n.copy(y, z, (2, 2, 1))      # L1: (x, y) reads rows of L0(x): sets {L0(0)} {L0(1)} {L0(0)} {L0(1)}
+    g = n.build()
+    # grid order would be (0,0) (1,0) (0,1) (1,1): ids 3, 5 on one event and 4 on the other. Each
+    # event's waiters get consecutive ids instead, in grid order (x fastest) among themselves.
+    assert [t.coord for t in g.tasks[3:]] == [(0, 0, 0), (0, 1, 0), (1, 0, 0), (1, 1, 0)]
+    assert [(e.id, e.waiters, e.first_task_id, e.last_task_id) for e in g.events[1:3]] == [
+        (1, [3, 4], 3, 5), (2, [5, 6], 5, 7)]
+    assert producers(g, g.tasks[4]) == {lbl(g, 0, 0)} and producers(g, g.tasks[5]) == {lbl(g, 0, 1)}
+    end = g.events[-1]
+    assert end.waiters == [] and (end.first_task_id, end.last_task_id) == (0, 0)       # as MPK writes it
+    assert (g.events[0].first_task_id, g.events[0].last_task_id) == (0, 0)
+
+
+def test_tasks_waiting_on_nothing_come_first_in_their_layer():
+    n = Net()
+    x, y, x2, z = n.t("x", 4), n.t("y", 4), n.t("x2", 4), n.t("z", 8)
+    n.copy(x, y, (1, 1, 1))                              # L0 writes y
+    yx2 = n.pk.fuse_tensors([y, x2], fused_dim=0, num_groups=1, name="yx2")    # rows [y | x2]
+    n.copy(yx2, z, (2, 1, 1))                            # L1(0) reads y (waits on L0), L1(1) x2 (nothing)
+    g = n.build()
+    # L1(1) can start at once: it is numbered before L1(0), which waits
+    assert [(t.label, t.event) for t in g.tasks[2:]] == [(lbl(g, 1, 1), -1), (lbl(g, 1, 0), 1)]
+    assert (g.events[1].first_task_id, g.events[1].last_task_id) == (3, 4)
+
+
 def test_end_of_task_graph_is_triggered_by_exactly_the_leaves():
     n = Net()
     x, y, a, b, c, q, r = (n.t(s) for s in "xyabcqr")
@@ -254,7 +290,8 @@ def test_ids_are_topological_and_follow_program_order():
     g = n.build()
     assert g.tasks[0] is None                            # TERMINATE
     assert [t.id for t in g.tasks[1:]] == list(range(1, len(g.tasks)))
-    # layers in program order, contiguous; grid x fastest, as CUDA linearizes blockIdx
+    # layers in program order, contiguous; grid x fastest (as CUDA linearizes blockIdx) among tasks
+    # that wait on the same event or on none (L0 here)
     assert [t.layer.name for t in g.tasks[1:]] == (["elementwise_add_0"] * 4 + ["elementwise_add_1"] * 4 +
                                                    ["elementwise_add_2"] * 2 + ["elementwise_add_3"] * 4)
     assert [t.coord for t in g.tasks[1:5]] == [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0)]
@@ -263,6 +300,8 @@ def test_ids_are_topological_and_follow_program_order():
         for e in t.triggers:
             if e != g.end_event:
                 assert min(g.events[e].waiters) > t.id               # waiters come after
+    for e in g.events[1:-1]:                                         # each event launches one range
+        assert e.waiters == list(range(e.first_task_id, e.last_task_id))
 
 
 # ---- coarsening ------------------------------------------------------------------------------
@@ -299,6 +338,46 @@ def test_barrier_coarsening_over_eight_triggers():
     msg = next(m for m in log if "coarsened" in m)
     assert "layer 'elementwise_add_2'" in msg and "16 dependency sets" in msg
     assert "more than 8 events" in msg and "one barrier event over 17 tasks" in msg, msg
+
+
+def test_coarsened_layer_is_one_range_in_grid_order():
+    n = Net()
+    x, y, x2, v, z = n.t("x", 32), n.t("y", 32), n.t("x2", 32), n.t("v", 32), n.t("z", 32)
+    n.copy(x, y, (1, 1, 1))                  # L0(0) writes all of y
+    n.copy(x2, v, (16, 1, 1))                # L1(i) writes v rows [2i, 2i+2)
+    n.add(y, v, z, (16, 2, 1))               # L2(i, j): set {L0(0), L1(i)}, shared by j = 0, 1
+    g = n.build()
+    # 16 sets: L2 becomes one barrier, whose 32 waiters are again in plain grid order (not in pairs)
+    assert g.coarsened == ["elementwise_add_2"]
+    l2 = g.tasks[18:]
+    assert [t.coord for t in l2] == [(i, j, 0) for j in range(2) for i in range(16)]
+    ev = g.events[l2[0].event]
+    assert (ev.first_task_id, ev.last_task_id, ev.num_triggers) == (18, 50, 17) and len(g.events) == 3
+    assert producers(g, l2[-1]) == {lbl(g, 0)} | {lbl(g, 1, i) for i in range(16)}
+
+
+def _consumer_layers(count: int):
+    """L0(0) writes all of y; then `count` one-task layers each read all of y: set {L0(0)} each."""
+    n = Net()
+    x, y = n.t("x"), n.t("y")
+    n.copy(x, y, (1, 1, 1))
+    for i in range(count):
+        n.copy(y, n.t(f"out{i}"), (1, 1, 1))
+    return n
+
+
+def test_a_task_feeds_at_most_eight_consumer_layers():
+    # one event per consumer layer: eight layers are eight triggers, at the cap
+    g = _consumer_layers(8).build()
+    assert task(g, 0).triggers == list(range(1, 9)) and g.coarsened == []
+    # a ninth cannot be coarsened away (each layer already waits on one event)
+    with pytest.raises(GraphError) as e:
+        _consumer_layers(9).build()
+    assert str(e.value) == (
+        "task elementwise_add_0(0, 0, 0) would trigger 9 events (cap 8) even with one barrier per consumer "
+        "layer: layers " + ", ".join(f"'elementwise_add_{i}'" for i in range(1, 10)) + " each wait on it "
+        "through their own event (events are per layer); split its consumers differently, e.g. let some "
+        "layers read a copy of its output (an identity layer)")
 
 
 # ---- the verifier rejects hand-mutated graphs ---------------------------------------------------
@@ -393,6 +472,48 @@ def test_verify_rejects_a_waiter_before_its_producer():
                             "waiter elementwise_add_1(0, 0, 0) (id 2); ids must be topological")
 
 
+def _swap_ids(g, a: int, b: int) -> None:
+    """Exchange the ids of tasks a and b, keeping every event's waiters list true."""
+    ta, tb = g.tasks[a], g.tasks[b]
+    g.tasks[a], g.tasks[b] = tb, ta
+    ta.id, tb.id = b, a
+    for e in g.events:
+        e.waiters = sorted(b if w == a else a if w == b else w for w in e.waiters)
+
+
+def test_verify_rejects_an_event_whose_waiters_are_not_one_range():
+    n = Net()
+    x, y, z = n.t("x", 4, 4), n.t("y", 4, 4), n.t("z", 4, 4)
+    n.pk.identity_layer(input=x, output=y, grid_dim=(2, 1, 1), block_dim=BLOCK)
+    n.pk.identity_layer(input=y, output=z, grid_dim=(2, 2, 1), block_dim=BLOCK)
+    g = n.build()
+    # an identity's grid.x splits columns, grid.y rows: L1(x, y) waits for L0(x), the column tile it
+    # reads. Numbered (0,0) (0,1) | (1,0) (1,1): events 1 = [3, 5), 2 = [5, 7). Back in plain grid
+    # order, the old numbering, event 1's waiters 3, 5 straddle task 4 of event 2 (the dependencies
+    # stay right: only the ranges break).
+    assert [t.coord for t in g.tasks[3:]] == [(0, 0, 0), (0, 1, 0), (1, 0, 0), (1, 1, 0)]
+    _swap_ids(g, 4, 5)
+    with pytest.raises(GraphError) as e:
+        graph_mod.verify(g)
+    assert str(e.value) == ("event 1: waiters are tasks 3, 5 but its range [3, 6) also holds task 4 = "
+                            "'identity_1'(1, 0, 0), which waits on event 2")
+    # a waiters list that is one range but not the tasks waiting: the range the runtime gets is wrong
+    g = n.build()
+    g.events[1].waiters = [3]
+    with pytest.raises(GraphError) as e:
+        graph_mod.verify(g)
+    assert str(e.value) == ("event 1 (launch) lists waiters 3, range [3, 4), but the tasks waiting on it "
+                            "are 3, 4")
+
+
+def test_verify_rejects_a_task_whose_id_is_not_its_position():
+    g = _chain(2)
+    g.tasks[2].id = 5
+    with pytest.raises(GraphError, match=r"task elementwise_add_1\(0, 0, 0\) is at position 2 of the task "
+                                         r"list but has id 5"):
+        graph_mod.verify(g)
+
+
 def test_verify_rejects_a_leaf_without_end_trigger():
     g = _chain(2)
     g.tasks[2].triggers = []
@@ -445,8 +566,12 @@ def test_100k_tasks_build_and_verify():
     print(f"\nTIMING graph of {len(g.tasks) - 1} tasks, {len(g.events)} events: build {t1 - t0:.2f} s, "
           f"verify {t2 - t1:.2f} s, total {t2 - t0:.2f} s (target about 2 s: docs/dependencies.md)")
     assert len(g.tasks) == 100_001
-    # L1 task (i, j) reads rows 2i, 2i+1: set {L0(2i), L0(2i+1)}, shared by j = 0, 1
+    # L1 task (i, j) reads rows 2i, 2i+1: set {L0(2i), L0(2i+1)}, shared by j = 0, 1, which get
+    # consecutive ids: one event per pair, launching the range [rows + 1 + 2i, rows + 3 + 2i)
     assert len(g.events) == 2 + rows // 2
+    assert [t.coord for t in g.tasks[rows + 1:rows + 5]] == [(0, 0, 0), (0, 1, 0), (1, 0, 0), (1, 1, 0)]
+    assert (g.events[-2].first_task_id, g.events[-2].last_task_id) == (2 * rows - 1, 2 * rows + 1)
     last = g.tasks[-1]
+    assert last.coord == (rows // 2 - 1, 1, 0)
     assert producers(g, last) == {f"elementwise_add_0({rows - k}, 0, 0)" for k in (2, 1)}
     assert t2 - t0 < 30, "graph build + verify of 100k tasks took over 30 s"

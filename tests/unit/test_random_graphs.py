@@ -7,8 +7,12 @@ random fan-in / fan-out, and buffer reuse: an output may be any existing tensor 
 shape (a graph input, a weight, an intermediate, or the layer's own input: in place).
 
 On the graph that will run (events and triggers, not the builder's private deps) it checks:
-  - task ids: layers in program order, grid x fastest; each tile is the box the layer's
-    docstring promises (computed here from the layer kind, not from the layer's pmaps);
+  - task ids: layers in program order, each a contiguous block; inside a layer the tasks that
+    wait on nothing, then one run per event in order of first appearance, each in grid order
+    (x fastest); each tile is the box the layer's docstring promises (computed here from the
+    layer kind, not from the layer's pmaps);
+  - each event's waiters are exactly the ids [first_task_id, last_task_id), of one layer (MPK's
+    launch range; [0, 0) for END); tasks of a layer with equal dependency sets share one event;
   - every trigger of a task's event has a lower id; each event's num_triggers equals the
     tasks that list it; no task triggers more than 8 events; a task triggers END iff it
     triggers nothing else, and END counts them;
@@ -18,8 +22,9 @@ On the graph that will run (events and triggers, not the builder's private deps)
     ancestor of the later; for every element a task reads, its LAST earlier writer triggers
     the task's own event (what the verifier demands); and outside coarsened layers every
     direct dependency shares a conflicting element with its waiter (the deps are exact);
-  - negative controls: dropping the last writer from one event is caught both by the brute
-    force and by graph.verify (so neither check is vacuous).
+  - negative controls: dropping the last writer from one event, or swapping two tasks of
+    different events so that an event's waiters are no longer one range, is caught both by the
+    brute force and by graph.verify (so neither check is vacuous).
 
 Run: pytest tests/unit/test_random_graphs.py -s     or     python tests/unit/test_random_graphs.py
 The second file, tests/runtime_python/test_mode/test_random_dags.py, loads this one by path
@@ -300,15 +305,46 @@ def check_properties(dag: DagSpec, pk: PersistentKernel, g) -> dict:
     tasks, events = g.tasks, g.events
     n, end = len(tasks) - 1, g.end_event
     stats = dict(tasks=n, joins=0, forks=0, war_waw=0, coarsened=len(g.coarsened))
-    # ids: layers in program order, x fastest; tiles as documented
-    expected_ids = [(li, (xx, yy, zz)) for li, spec in enumerate(dag.layers)
-                    for zz, yy, xx in product(range(spec.grid[2]), range(spec.grid[1]), range(spec.grid[0]))]
+    # each event's waiters are exactly the ids [first_task_id, last_task_id) (MPK's launch range),
+    # all of one layer; events with no waiters have the empty range [0, 0)
+    waiting: dict[int, list[int]] = {}
+    for t in tasks[1:]:
+        if t.event != -1:
+            waiting.setdefault(t.event, []).append(t.id)
+    for e in events:
+        first, last = e.first_task_id, e.last_task_id
+        assert e.waiters == list(range(first, last)) == waiting.get(e.id, []), \
+            f"event {e.id}: waiters {e.waiters}, range [{first}, {last}), tasks waiting {waiting.get(e.id)}"
+        assert (first, last) != (0, 0) or e.kind != "launch", f"launch event {e.id} has no waiters"
+        assert len({tasks[w].layer.name for w in e.waiters}) <= 1, f"event {e.id} spans layers"
+    assert set(waiting) == {e.id for e in events[1:-1]}, "an event nobody waits on, or a wait on a non-event"
+    assert [e.first_task_id for e in events[1:-1]] == sorted(e.first_task_id for e in events[1:-1]), \
+        "events are not numbered in order of their ranges"
+    # ids: layers in program order, each a contiguous block; inside a layer the numbering rule
+    # (docs/dependencies.md): the tasks waiting on nothing, then one run per event in order of first
+    # appearance, each in grid order (x fastest); tiles as documented
+    grid_order = lambda c: (c[2], c[1], c[0])                                   # noqa: E731
+    expected_ids = []
+    for li, spec in enumerate(dag.layers):
+        start, size = len(expected_ids) + 1, spec.grid[0] * spec.grid[1] * spec.grid[2]
+        block = tasks[start:start + size]
+        assert len(block) == size and all(t.layer is pk.layers[li] for t in block), \
+            f"tasks {start}..{start + size - 1} are not exactly layer {li} ({spec.kind})"
+        by_grid = sorted(block, key=lambda t: grid_order(t.coord))
+        assert [t.coord for t in by_grid] == [(xx, yy, zz) for zz, yy, xx in product(
+            range(spec.grid[2]), range(spec.grid[1]), range(spec.grid[0]))], f"layer {li}: grid coordinates"
+        runs: dict[int, list] = {}                  # event -> its tasks in grid order (first appearance)
+        for t in by_grid:
+            runs.setdefault(t.event, []).append(t)
+        rule = runs.pop(-1, []) + [t for run in runs.values() for t in run]
+        assert [t.id for t in block] == list(range(start, start + size)), f"layer {li}: ids"
+        assert block == rule, (f"layer {li} is numbered {[t.coord for t in block]}, the rule gives "
+                               f"{[t.coord for t in rule]}")
+        expected_ids += [(li, t.coord) for t in block]
     assert len(expected_ids) == n, f"{n} tasks, expected {len(expected_ids)}"
     accesses = {}
     for tid, (li, coord) in enumerate(expected_ids, start=1):
         t = tasks[tid]
-        assert t.id == tid and t.layer is pk.layers[li] and t.coord == coord, \
-            f"task id {tid} is {t.label}, expected layer {li} at {coord}"
         acc = task_accesses(dag.layers[li], coord, dag.tensors)
         tiles = {tile.role: tile for tile in t.inputs + t.outputs}
         assert set(tiles) == {role for role, _, _ in acc}, f"{t.label}: roles {sorted(tiles)}"
@@ -331,13 +367,15 @@ def check_properties(dag: DagSpec, pk: PersistentKernel, g) -> dict:
             f"event {e.id}: num_triggers={e.num_triggers}, triggered by {len(triggered_by[e.id])} tasks"
         stats["joins"] += e.kind == "launch" and e.num_triggers > 1
         assert e.kind == ("end_of_task_graph" if e.id == end else "launch")
-        if e.id != end:
-            assert e.waiters and all(tasks[w].event == e.id for w in e.waiters), f"event {e.id} waiters"
-    waiting = {e for t in tasks[1:] for e in [t.event] if e > 0}
-    assert waiting == {e.id for e in events[1:-1]}, "an event nobody waits on, or a wait on a non-event"
     direct = direct_deps(g)
     for tid, deps in direct.items():
         assert all(p < tid for p in deps), f"{tasks[tid].label} waits for a task with a higher id: {deps}"
+    # tasks of one layer with equal dependency sets share one event
+    shared: dict[tuple[str, frozenset], set[int]] = {}
+    for t in tasks[1:]:
+        shared.setdefault((t.layer.name, frozenset(direct[t.id])), set()).add(t.event)
+    for (layer, deps), evs in shared.items():
+        assert len(evs) == 1, f"layer {layer}: tasks with dependencies {sorted(deps)} wait on events {evs}"
     anc = ancestors(direct)
     # brute force over elements
     hist: dict[tuple[str, int], list[tuple[int, int, str]]] = {}     # (tensor, elem) -> (layer, task, mode)
@@ -423,6 +461,24 @@ def drop_war(g) -> str | None:
                 continue                                  # still ordered through another path
             _untrigger(g, pt, t.event)
             return f"{t.label} (writer) no longer waits for reader {pt.label}"
+    return None
+
+
+def break_contiguity(g) -> str | None:
+    """Mutate g: swap the ids of the last waiter of one event and the first of the next event of
+    the same layer, one of them waiting with others, so that an event's waiters are no longer
+    consecutive. Dependencies stay right (tasks of one layer do not depend on each other)."""
+    for e, nxt in zip(g.events[1:-2], g.events[2:-1]):
+        a, b = e.waiters[-1], nxt.waiters[0]
+        ta, tb = g.tasks[a], g.tasks[b]
+        if b != a + 1 or ta.layer is not tb.layer or len(e.waiters) + len(nxt.waiters) < 3:
+            continue
+        g.tasks[a], g.tasks[b] = tb, ta
+        ta.id, tb.id = b, a
+        e.waiters[-1], nxt.waiters[0] = b, a
+        e.waiters.sort()
+        nxt.waiters.sort()
+        return f"{ta.label} (event {e.id}) and {tb.label} (event {nxt.id}) swapped ids {a} and {b}"
     return None
 
 
@@ -518,6 +574,27 @@ def test_dropped_write_after_read_is_caught_by_brute_force_and_verify():
     print(f"negative controls: {caught} DAGs with a dropped write-after-read edge, each caught by the brute "
           f"force ({verify_caught} of them also by graph.verify)")
     assert caught >= 10 and verify_caught == caught
+
+
+def test_broken_event_range_is_caught_by_brute_force_and_verify():
+    """Two tasks of one layer waiting on different events swap ids: the graph still orders every
+    access, but an event's waiters are no longer its range [first_task_id, last_task_id)."""
+    caught = 0
+    for seed in range(100):
+        dag = random_dag(seed)
+        pk, g = build_graph(dag)
+        if break_contiguity(g) is None:
+            continue
+        with pytest.raises(AssertionError, match=r"waiters .*, range \["):
+            check_properties(dag, pk, g)
+        with pytest.raises(GraphError, match=r"event \d+: waiters are tasks .* but its range \[\d+, \d+\) "
+                                             r"also holds task \d+ = '\w+'\(\d+, \d+, \d+\), which waits "
+                                             r"on event \d+"):
+            graph_mod.verify(g)
+        caught += 1
+    print(f"negative controls: {caught} DAGs with an event whose waiters are not one id range, each caught "
+          f"by the brute force and by verify")
+    assert caught >= 20
 
 
 def test_generator_is_reproducible():
