@@ -70,6 +70,7 @@ h-1 at h=4096). So each comparison also checks the errors against a statistical 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import logging
@@ -543,23 +544,46 @@ def load_reference(test_file: str, name: str = "pytorch_reference"):
     return module
 
 
-def run_cases_as_script(name: str, run_case, dtypes, cases, jitter=None, extra=(), scalar_cases=()) -> None:
+def run_cases_as_script(name: str, run_case, dtypes, cases, jitter=None, extra=(), scalar_cases=(),
+                        after=()) -> None:
     """`python test_<layer>_testmode.py`: every (dtype, case), then every scalar case, output in
     ./test_output (or MPK_OUTPUT_DIR); any failure raises, so the script exits non-zero.
 
+    dtypes None: each case starts with its own dtype (run as run_case(*case, ...)).
     scalar_cases: (dtype, case, params) triples, the layer test's SCALAR_CASES, each run as
-    run_case(dtype, *case, output_dir=..., scalars_required=True, **params) (check_scalars)."""
+    run_case(dtype, *case, output_dir=..., scalars_required=True, **params) (check_scalars).
+    extra: callables run first with no argument (reference checks that build no kernel).
+    after: callables run last as fn(output_dir=..., world=...), each returning its kernel.
+
+    `mpirun -n N python test_<layer>_testmode.py` (script_world): one N-rank job. Every case runs on
+    every rank as run_case(..., world=World) with the layer's tensor parallelism (the layer module's
+    TP): the test slices its unsharded inputs with world.shard and passes **world.params to
+    cpu_config, so rank r writes test_rank{r}.cu / task_graph_rank{r}.json; its checks compare the
+    rank's shard with the matching slice of the unsharded reference. After each case World.verify
+    gathers every rank's shards and outputs: split dims are smaller on every rank and the ranks'
+    slices tile the dim (SHARDED lines), replicated outputs are bit-identical (IDENTICAL lines). A
+    failing rank prints `FAIL ...` and its traceback, and MPI_Abort ends the job (never a hang)."""
     out_dir = os.environ.get("MPK_OUTPUT_DIR", "./test_output")
+    world = script_world(name)
+    if world.size > 1:
+        say(f"MULTIRANK {name}: {world.size} ranks, tensor parallelism '{world.tp}' {TP_KINDS[world.tp]}")
     for fn in extra:
         fn()
-    for dtype in dtypes:
-        for case in cases:
-            kw = {"jitter": jitter(dtype, case)} if jitter else {}
-            pk = run_case(dtype, *case, output_dir=out_dir, **kw)
-    for dtype, case, params in scalar_cases:
-        run_case(dtype, *case, output_dir=out_dir, scalars_required=True, **params)
-    print(f"generated code and task graph: {pk.output_files[0]}, {pk.output_files[1]}")
-    print(f"All {name} test-mode cases PASS")
+    pairs = [(d, c) for d in dtypes for c in cases] if dtypes else [(c[0], tuple(c[1:])) for c in cases]
+    runs = []
+    for d, c in pairs:
+        kw = {"jitter": jitter(d, c)} if jitter else {}
+        runs.append((f"{name}[{str(d)[6:]},case={c}]", functools.partial(run_case, d, *c, **kw)))
+    for d, c, params in scalar_cases:
+        runs.append((f"{name}[{str(d)[6:]},case={c},{params}]",
+                     functools.partial(run_case, d, *c, scalars_required=True, **params)))
+    runs += [(f"{name}:{getattr(fn, 'func', fn).__name__}{getattr(fn, 'keywords', '')}", fn) for fn in after]
+    pk = None
+    for label, run in runs:
+        pk = _on_world(world, label, lambda w: run(output_dir=out_dir, world=w)) or pk
+    dist.all_ranks_agree(True, f"All {name} test-mode cases")     # every rank got here
+    say(f"generated code and task graph: {pk.output_files[0]}, {pk.output_files[1]}")
+    say(f"All {name} test-mode cases PASS")
 
 
 def cpu_config(jitter_seed: int | None = 0, **overrides) -> dict:
@@ -591,6 +615,149 @@ def on_all_ranks(what: str):
         dist.all_ranks_agree(False, what)     # raises on every rank, naming the failed ones
         raise AssertionError(f"{what}: {e}") from e   # not reached
     dist.all_ranks_agree(True, what)
+
+
+# ---- tensor parallelism: one layer test as an N-rank job ------------------------------------
+
+# How a layer is split across ranks under tensor parallelism, as MPK's models use it. Each layer
+# module declares one kind as its module-level `TP` (the only per-layer knowledge); the table says
+# what the kind means for the test's tensors: role -> the dim of which rank r holds
+# [r*n//W, (r+1)*n//W) (roles not named stay whole on every rank).
+#   replicated: every rank computes the whole layer on the same full inputs; outputs bit-identical
+#   column:     rank r holds its rows of the weight and computes its columns of the output
+#   row:        rank r holds its columns of the input and of the weight and computes a partial sum
+#               (the residual on rank 0 only); an allreduce after it gives every rank the whole sum
+#   reduce:     the allreduce: each rank's input is its own partial; the sum is bit-identical on all
+# Attention (by heads) and MoE (by experts) will add kinds.
+TP_KINDS = {"replicated": {}, "column": {"weight": 0, "output": -1}, "row": {"input": -1, "weight": 1},
+            "reduce": {}}
+# Negative control (read here only): on this rank, World.shard gives the kernel its neighbour's part
+# of every input it slices, while the reference ("output") stays this rank's: a wrong shard.
+WRONG_SHARD_ENV = "MPK_TEST_WRONG_SHARD_RANK"
+
+
+def layer_tp(kind: str) -> str:
+    """The tensor parallelism layers/<kind>.py declares (its module-level TP, a key of TP_KINDS)."""
+    tp = getattr(importlib.import_module(f"mirage.mpk.layers.{kind}"), "TP", None)
+    if tp not in TP_KINDS:
+        raise ValueError(f"layers/{kind}.py must declare TP = one of {sorted(TP_KINDS)}, found {tp!r}")
+    return tp
+
+
+class CaseSkipped(Exception):
+    """A case whose split dim is smaller than the number of ranks (the same on every rank)."""
+
+
+class World:
+    """One rank's view of a layer test run as an N-rank job (run_cases_as_script under mpirun).
+
+    A layer test's run_case takes `world=testing.ONE_RANK` and: draws its unsharded tensors from one
+    seeded generator (the same on every rank); keeps its part of each with `world.shard(role,
+    tensor)` (the tensor itself on one rank and for the roles its TP keeps whole); builds the kernel
+    with `cpu_config(..., **world.params)`; a row-parallel layer adds `world.allreduce(...)`; it
+    compares what it computed with `world.shard("output", unsharded_reference)` and puts
+    `world.tag` in its names. `shards` records (role, full shape, local shape, dim, lo, hi, sha256)."""
+
+    def __init__(self, rank: int = 0, size: int = 1, comm=None, tp: str | None = None):
+        self.rank, self.size, self.comm, self.tp, self.shards = rank, size, comm, tp, []
+        self.params = dict(world_size=size, mpi_rank=rank)     # for PersistentKernel / cpu_config
+        self.tag = f",W={size}" if size > 1 else ""             # "" on one rank: names as ever
+
+    def part(self, n: int, rank: int | None = None) -> tuple[int, int]:
+        """[lo, hi) of `rank`'s part (default this rank's) of a dim of n: [r*n//W, (r+1)*n//W)."""
+        if n < self.size:
+            raise CaseSkipped(f"a dim of {n} cannot be split across {self.size} ranks")
+        r = self.rank if rank is None else rank
+        return r * n // self.size, (r + 1) * n // self.size
+
+    @staticmethod
+    def fit(grid: int, n: int) -> int:
+        """The largest grid size not above `grid` that divides n (a local dim the case's grid may not)."""
+        return max(g for g in range(1, min(grid, n) + 1) if n % g == 0)
+
+    def shard(self, role: str, full: torch.Tensor) -> torch.Tensor:
+        """This rank's part (contiguous) of an unsharded tensor of `role`, as TP_KINDS[tp] splits it."""
+        dim = TP_KINDS[self.tp].get(role) if self.size > 1 else None
+        if dim is None:
+            return full
+        dim %= full.dim()
+        wrong = role != "output" and os.environ.get(WRONG_SHARD_ENV) == str(self.rank)
+        lo, hi = self.part(full.shape[dim], (self.rank + wrong) % self.size)
+        local = full.narrow(dim, lo, hi - lo).contiguous()
+        self.shards.append((role, tuple(full.shape), tuple(local.shape), dim, lo, hi, digest(local)))
+        return local
+
+    def allreduce(self, pk, partial, grid_x: int, name: str = "reduced") -> torch.Tensor | None:
+        """Row-parallel, several ranks: an allreduce layer after `partial` (a DTensor [B, H]); returns
+        its output, the sum of every rank's partial. None otherwise (nothing to sum)."""
+        if self.size == 1 or self.tp != "row":
+            return None
+        out = torch.zeros(partial.dims, dtype=partial.dtype.torch)
+        buf = pk.new_tensor((self.size, *partial.dims), dtype=out.dtype, name=f"{name}_buf",
+                            io_category="nvshmem_tensor")
+        pk.allreduce_layer(input=partial, buffer=buf, output=pk.attach_input(out, name=name),
+                           grid_dim=(self.fit(grid_x, partial.dims[1]), 1, 1), block_dim=(128, 1, 1))
+        return out
+
+    def gather(self, obj) -> list:
+        return self.comm.allgather(obj) if self.comm is not None else [obj]
+
+    def verify(self, label: str, pk) -> None:
+        """After a case ran on every rank (collective), from what all ranks gathered: each split dim is
+        smaller than the whole, and the ranks' parts tile it and differ (SHARDED lines); the replicated
+        outputs (every output in a replicated layer's test, a reduce layer's) agree (IDENTICAL lines).
+        Inside on_all_ranks: a failed check fails every rank with the same message."""
+        same = [a.tensor.name for layer in pk.layers for a in layer.outputs
+                if a.written and (self.tp == "replicated" or layer_tp(layer.kind) == "reduce")]
+        everyone = self.gather((self.shards, [digest(pk.get_tensor(n)) for n in same]))
+        with on_all_ranks(f"{label}: tensor parallelism '{self.tp}'"):
+            for k, (role, full, local, dim, lo, hi, _) in enumerate(self.shards):
+                parts = [theirs[0][k][4:] for theirs in everyone]
+                assert local[dim] < full[dim], f"'{role}' is not split: {full} -> {local}"
+                assert [p[:2] for p in parts] == [self.part(full[dim], q) for q in range(self.size)] and \
+                    len({p[2] for p in parts}) == self.size, f"'{role}': the ranks hold {parts}"
+                say(f"SHARDED {label} tp={self.tp} {role} {full} -> {local} (dim {dim}: [{lo}, {hi}) of "
+                    f"{full[dim]}); the {self.size} ranks' parts tile it and differ PASS")
+            for i, n in enumerate(same):
+                seen = [theirs[1][i] for theirs in everyone]
+                assert len(set(seen)) == 1, f"replicated output '{n}' differs across ranks: {seen}"
+                say(f"IDENTICAL {label} {n} sha256={seen[0]} on all {self.size} rank(s) PASS")
+
+
+ONE_RANK = World()
+
+
+def script_world(layer: str | None = None) -> World:
+    """A one-rank World under plain python (mpi4py is not imported); under `mpirun -n N` (the launcher's
+    PMI_SIZE or OMPI_COMM_WORLD_SIZE set) COMM_WORLD's rank and size, with the abort-on-exception hook
+    installed (dist.install_excepthook); tp: the layer's TP."""
+    tp = layer_tp(layer) if layer else None
+    if not {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE"} & set(os.environ):
+        return World(tp=tp)
+    comm = dist.mpi().COMM_WORLD
+    if comm.Get_size() == 1:
+        return World(tp=tp)
+    dist.install_excepthook(comm)
+    return World(comm.Get_rank(), comm.Get_size(), comm, tp)
+
+
+def _on_world(world: World, label: str, run):
+    """One case: on one rank exactly run(world); on several run(fresh World), then World.verify. A
+    failure prints `FAIL label` and re-raises: the excepthook prints the traceback and aborts the job."""
+    if world.size == 1:
+        return run(world)
+    case = World(world.rank, world.size, world.comm, world.tp)
+    try:
+        pk = run(case)
+    except CaseSkipped as e:
+        say(f"SKIP {label}: {e}")
+        return None
+    except BaseException as e:
+        first = str(e).split("\n")[0]
+        say(f"FAIL {label} on rank {world.rank} of {world.size}: {type(e).__name__}: {first}")
+        raise
+    case.verify(label, pk)
+    return pk
 
 
 def mpiexec() -> str:

@@ -1,5 +1,6 @@
 """The layer recipe (README "How to add a layer"), enforced: a layer with scalar parameters has
-tests that exercise them.
+tests that exercise them, and every layer declares its tensor parallelism and its test runs as one
+N-rank job under mpirun.
 
 A layer module declares its scalar parameters once, as a module-level `SCALARS` (parameter ->
 the value a kernel that ignored it would in effect use) that its `Layer(..., scalars=...)` is
@@ -8,7 +9,15 @@ them. For each module with a non-empty SCALARS, tests/runtime_python/<stem>/test
 must define a non-empty SCALAR_CASES that sets every scalar parameter, run it under pytest
 (a test parametrized over it) and in the script mode (`run_cases_as_script(..., scalar_cases=
 SCALAR_CASES)`), and call testing.check_scalars (which raises, for those cases, when a parameter
-does not move the result beyond the tolerance). Pure Python: the test files are parsed, not run.
+does not move the result beyond the tolerance).
+
+Each layer module also declares its tensor parallelism, a module-level `TP` naming a key of
+mirage.mpk.testing.TP_KINDS ("replicated", "column", "row", "reduce"), and its test file runs as
+one N-rank job under `mpirun -n N`: `__main__` calls run_cases_as_script, run_case takes `world`,
+kernels are built with `cpu_config(..., **world.params)`, every role the TP splits goes through
+`world.shard(role, tensor)`, and a row-parallel layer adds `world.allreduce(...)` (the runs
+themselves: tests/runtime_python/test_mode/test_layers_multirank.py). Pure Python: the test files
+are parsed, not run.
 """
 from __future__ import annotations
 
@@ -97,3 +106,58 @@ def test_layer_test_exercises_its_scalar_parameters(stem):
         f"{rel}: never calls testing.check_scalars"
     print(f"RECIPE {rel}: {len(cases.elts)} SCALAR_CASES cover {sorted(scalars)}, run by pytest and by "
           f"the script PASS")
+
+
+# ---- tensor parallelism (README "How to add a layer", step 4) ---------------------------------
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_layer_declares_its_tensor_parallelism(stem):
+    """Each layer module says how it is split across ranks: a module-level TP, one of TP_KINDS."""
+    from mirage.mpk import testing
+
+    module = importlib.import_module(f"mirage.mpk.layers.{stem}")
+    with open(module.__file__) as f:
+        tree = ast.parse(f.read())
+    tp = module_assignment(tree, "TP")
+    assert isinstance(tp, ast.Constant) and tp.value in testing.TP_KINDS, \
+        (f"layers/{stem}.py must declare TP = one of {sorted(testing.TP_KINDS)} (a string literal): how "
+         f"the layer is split across ranks under tensor parallelism, which `mpirun -n N python "
+         f"test_{stem}_testmode.py` tests")
+    assert testing.layer_tp(stem) == tp.value
+    print(f"RECIPE {stem}: TP={tp.value!r} PASS")
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_layer_test_runs_as_a_multirank_job(stem):
+    """The layer's test file runs under mpirun as one N-rank job: its __main__ is run_cases_as_script,
+    its run_case takes `world`, its kernels are built with **world.params, and it slices each tensor
+    role its TP splits with world.shard (a row-parallel layer also adds world.allreduce)."""
+    from mirage.mpk import testing
+
+    path = os.path.join(ROOT, "tests", "runtime_python", stem, f"test_{stem}_testmode.py")
+    rel = os.path.relpath(path, ROOT)
+    assert os.path.isfile(path), f"layer '{stem}' has no test file {rel}"
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    script = [c for c in calls if getattr(c.func, "attr", None) == "run_cases_as_script"]
+    assert script, f"{rel}: its __main__ must call testing.run_cases_as_script (the mpirun-aware runner)"
+    run_case = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run_case"), None)
+    args = [a.arg for a in run_case.args.args + run_case.args.kwonlyargs] if run_case else []
+    assert "world" in args, \
+        f"{rel}: run_case must take `world=testing.ONE_RANK` (run_cases_as_script passes the rank's World)"
+    params = [c for c in calls if getattr(c.func, "attr", None) == "cpu_config"
+              and any(k.arg is None and ast.unparse(k.value) == "world.params" for k in c.keywords)]
+    assert params, \
+        f"{rel}: build the kernel with testing.cpu_config(..., **world.params) (rank r writes rank r's files)"
+    tp = testing.layer_tp(stem)
+    sliced = {c.args[0].value for c in calls if getattr(c.func, "attr", None) == "shard" and c.args
+              and isinstance(c.args[0], ast.Constant)}
+    needed = set(testing.TP_KINDS[tp])
+    assert needed <= sliced, (f"{rel}: layers/{stem}.py declares TP={tp!r}, which splits {sorted(needed)}; "
+                              f"the test must slice them with world.shard(role, unsharded_tensor), found "
+                              f"{sorted(sliced)}")
+    if tp == "row":
+        assert any(getattr(c.func, "attr", None) == "allreduce" for c in calls), \
+            f"{rel}: a row-parallel layer's partial sums need world.allreduce(pk, partial, grid_x) after it"
+    print(f"RECIPE {rel}: TP={tp!r}, run_case(world), **world.params, world.shard of {sorted(sliced)} PASS")

@@ -25,6 +25,10 @@ from . import (
 )
 
 TASK_TYPE = 302          # MPK's TASK_NVSHMEM_TILE_ALLREDUCE
+# Tensor parallelism, how the layer is split across ranks (mirage.mpk.testing.TP_KINDS): completes a
+# row-parallel layer: each rank's input is its partial sum; the output, their sum in rank order, is
+# bit-identical on every rank.
+TP = "reduce"
 
 
 

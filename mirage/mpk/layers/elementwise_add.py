@@ -9,6 +9,9 @@ from . import Layer, check_grid, check_splits, check_tensor
 from ._elementwise import tiled_2d
 
 TASK_TYPE = 281          # MPK's TASK_ELEMENTWISE_ADD_SM100
+# Tensor parallelism, how the layer is split across ranks (mirage.mpk.testing.TP_KINDS): every rank adds the
+# whole activations (the residual adds of MPK's models).
+TP = "replicated"
 
 
 

@@ -13,6 +13,9 @@ from ..dtypes import FLOATS
 from . import FINITE, NONZERO, NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 
 TASK_TYPE = 121          # MPK's TASK_IDENTITY
+# Tensor parallelism, how the layer is split across ranks (mirage.mpk.testing.TP_KINDS): every rank copies
+# the whole tensor.
+TP = "replicated"
 
 
 def identity_layer(pk, name: str, input, output, grid_dim, block_dim, dependent_tensor=None) -> Layer:

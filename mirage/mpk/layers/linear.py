@@ -8,6 +8,10 @@ from ..dtypes import FLOATS
 from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor, storage
 
 TASK_TYPE = 120          # MPK's TASK_LINEAR
+# Tensor parallelism, how the layer is split across ranks (mirage.mpk.testing.TP_KINDS): column-parallel, as
+# MPK's qkv and gate/up projections: rank r holds rows [r*N/W, (r+1)*N/W) of W and computes those columns of
+# the output; the input is whole.
+TP = "column"
 
 
 def linear_accesses(name: str, grid, input, weight, output, extra=()) -> tuple[list, list]:

@@ -9,6 +9,10 @@ from . import Layer, check_grid
 from .linear import linear_accesses
 
 TASK_TYPE = 108          # MPK's TASK_LINEAR_WITH_RESIDUAL
+# Tensor parallelism, how the layer is split across ranks (mirage.mpk.testing.TP_KINDS): row-parallel, as
+# MPK's o and down projections: rank r holds columns [r*K/W, (r+1)*K/W) of x and W and computes a partial
+# sum, the residual added on rank 0 only; an allreduce_layer after it sums the partials.
+TP = "row"
 
 
 def linear_with_residual_layer(pk, name: str, input, weight, residual, output, grid_dim,

@@ -8,6 +8,9 @@ from ..dtypes import FLOATS
 from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 
 TASK_TYPE = 119          # MPK's TASK_RMS_NORM
+# Tensor parallelism, how the layer is split across ranks (mirage.mpk.testing.TP_KINDS): every rank
+# normalizes the whole activation, as MPK's models run it.
+TP = "replicated"
 
 # Scalar parameters -> the value a kernel that ignored them would in effect use (Layer.scalars);
 # module-level so that tests/unit/test_layer_recipe.py finds the layers whose tests need SCALAR_CASES.

@@ -10,6 +10,10 @@ from ..dtypes import FLOATS
 from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
 
 TASK_TYPE = 118          # MPK's TASK_SILU_MUL
+# Tensor parallelism, how the layer is split across ranks (mirage.mpk.testing.TP_KINDS): on a whole
+# activation, every rank the same [gate | up] (after a column-parallel linear each rank runs it on its own
+# columns).
+TP = "replicated"
 
 
 

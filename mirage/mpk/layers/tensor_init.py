@@ -15,6 +15,9 @@ from . import FINITE, NOT_SPLIT, Access, Layer, check_grid, check_splits, check_
 from ._elementwise import tiled_2d
 
 TASK_TYPE = 262          # MPK's TASK_TENSOR_INIT
+# Tensor parallelism, how the layer is split across ranks (mirage.mpk.testing.TP_KINDS): every rank zeroes
+# its whole tensor.
+TP = "replicated"
 
 
 def tensor_init_layer(pk, name: str, input, dummy_input, dummy_output, grid_dim, block_dim) -> Layer:

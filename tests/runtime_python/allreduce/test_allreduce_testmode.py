@@ -1,9 +1,11 @@
 """allreduce_layer across MPI ranks: every rank holds a different random input; each gets the sum.
 
 Run: mpirun -n 4 python tests/runtime_python/allreduce/test_allreduce_testmode.py
-pytest runs that command for N = 2 and 4 as a subprocess (the entry point is under
-__main__, so pytest never runs it as one rank) and checks every rank's evidence lines; it
-also runs the one-rank case in process (world_size 1: the sum of one term).
+(testing.run_cases_as_script, as every layer file: the allreduce's TP is "reduce", so after each
+case World.verify also checks the output bit-identical across ranks). pytest runs that command
+for N = 2 and 4 as a subprocess (test_mode/test_layers_multirank.py, which also calls
+check_mpirun_output below) and runs the one-rank cases in process (world_size 1: the sum of one
+term); `python test_allreduce_testmode.py` runs every case on one rank.
 
 Per case, on every rank: inputs from a generator seeded per rank (they differ across ranks:
 checked), the reference sums the allgathered inputs in float64, the budget is a sum of W
@@ -15,8 +17,7 @@ the input, so each pass sums the previous pass's result (expected W^3 * sum_r x_
 slot overwritten before a slow peer read it would show. The shared-buffer case chains two
 allreduce layers on one buffer (uses 0 and 1 of each slot in a pass).
 """
-import os
-import sys
+import functools
 
 import pytest
 import torch
@@ -34,20 +35,9 @@ OFFLINE_PASSES = 4
 BLOCK = (128, 1, 1)
 
 
-def world():
-    """(comm, rank, size): COMM_WORLD under mpirun, (None, 0, 1) in this process under pytest."""
-    if __name__ != "__main__":
-        return None, 0, 1
-    from mpi4py import MPI
-    return MPI.COMM_WORLD, MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
-
-
-def gather(comm, obj) -> list:
-    return comm.allgather(obj) if comm is not None else [obj]
-
-
-def build(comm, rank, size, dtype, batch, hidden, grid, jitter, offline=False, shared=False):
-    params = testing.cpu_config(jitter_seed=jitter, world_size=size, mpi_rank=rank)
+def build(world, dtype, batch, hidden, grid, jitter, offline=False, shared=False):
+    rank, size = world.rank, world.size
+    params = testing.cpu_config(jitter_seed=jitter, **world.params)
     if offline:     # MPK's decode loop: one pass per token after the prompt's
         params.update(test_mode=False, max_seq_length=OFFLINE_PASSES + 1, max_num_pages=OFFLINE_PASSES + 1)
     pk = PersistentKernel(**params)
@@ -66,20 +56,20 @@ def build(comm, rank, size, dtype, batch, hidden, grid, jitter, offline=False, s
     return pk, x, out
 
 
-def check_identical(comm, name: str, out: torch.Tensor) -> None:
+def check_identical(world, name: str, out: torch.Tensor) -> None:
     """Every rank's output has the same bytes (sha256 gathered from all ranks)."""
     digest = testing.digest(out)
-    digests = gather(comm, digest)
+    digests = world.gather(digest)
     with testing.on_all_ranks(f"{name} bit-identical across ranks"):
         assert len(set(digests)) == 1, f"{name}: outputs differ across ranks: {digests}"
     testing.say(f"IDENTICAL {name} sha256={digest} on all {len(digests)} rank(s) PASS")
 
 
-def run_case(dtype, batch, hidden, grid, jitter, output_dir=None):
-    comm, rank, size = world()
-    pk, x, out = build(comm, rank, size, dtype, batch, hidden, grid, jitter)
+def run_case(dtype, batch, hidden, grid, jitter, output_dir=None, world=testing.ONE_RANK):
+    size = world.size
+    pk, x, out = build(world, dtype, batch, hidden, grid, jitter)
     pk.compile(output_dir=output_dir)
-    inputs = gather(comm, x)
+    inputs = world.gather(x)
     with testing.on_all_ranks("inputs differ across ranks"):
         assert all(not torch.equal(inputs[0], other) for other in inputs[1:]), "ranks drew the same input"
     expected = ref.allreduce(inputs)
@@ -90,19 +80,19 @@ def run_case(dtype, batch, hidden, grid, jitter, output_dir=None):
         with testing.on_all_ranks(f"{name} launch {launch}"):
             testing.check_output(f"{name}.launch{launch}", out, expected, tol, pk.layers[0].checks, (x,),
                                  pk=pk)
-        check_identical(comm, f"{name}.launch{launch}", out)
+        check_identical(world, f"{name}.launch{launch}", out)
     pk.finalize()
     return pk
 
 
-def run_chained(jitter=7, offline=True):
+def run_chained(jitter=7, offline=True, output_dir=None, world=testing.ONE_RANK):
     """offline: 4 passes of allreduce -> copy back into x; else one pass of two allreduce layers
     sharing one buffer. Either way each later sum adds W copies of the last result."""
-    comm, rank, size = world()
+    rank, size = world.rank, world.size
     dtype, batch, hidden, grid = torch.float32, 4, 48, 3
-    pk, x, out = build(comm, rank, size, dtype, batch, hidden, grid, jitter, offline, shared=not offline)
-    pk.compile()
-    inputs = gather(comm, x.clone())
+    pk, x, out = build(world, dtype, batch, hidden, grid, jitter, offline, shared=not offline)
+    pk.compile(output_dir=output_dir)
+    inputs = world.gather(x.clone())
     pk()
     sums = pk.passes if offline else 2
     kind = "offline" if offline else "shared_buffer"
@@ -116,32 +106,30 @@ def run_chained(jitter=7, offline=True):
     tol = testing.tolerance(dtype, k=size * sums, scale=scale)
     with testing.on_all_ranks(name):
         testing.check_output(name, out, expected, tol, pk.layers[0].checks, (inputs[rank],), pk=pk)
-    check_identical(comm, name, out)
+    check_identical(world, name, out)
     pk.finalize()
+    return pk
 
 
-def main():
-    out_dir = os.environ.get("MPK_OUTPUT_DIR", "./test_output")
-    for i, case in enumerate(CASES):
-        pk = run_case(*case, jitter=11 + i, output_dir=out_dir)
-    run_chained(offline=True)
-    run_chained(offline=False)
-    testing.say(f"generated code and task graph: {pk.output_files[0]}, {pk.output_files[1]}")
-    testing.say("All allreduce cases PASS")
+def _jitter(dtype, case) -> int:
+    return 11 + CASES.index((dtype, *case))                    # a different schedule per case
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_allreduce_mpirun(ranks, tmp_path):
-    code, out = testing.mpirun(__file__, ranks, timeout=150, env={"MPK_OUTPUT_DIR": str(tmp_path)})
-    assert code == 0, f"mpirun -n {ranks} failed (exit {code}); output above"
+CHAINED = [functools.partial(run_chained, offline=True), functools.partial(run_chained, offline=False)]
+
+
+def check_mpirun_output(out: str, ranks: int) -> None:
+    """What the allreduce adds to test_layers_multirank's checks of an `mpirun -n ranks` run: per rank,
+    LAUNCHES evidence lines per case and one per chained run, each launch's output bit-identical across
+    ranks, the offline run's 4 passes and the shared buffer at W = ranks."""
     for r in range(ranks):
         evidence = testing.rank_lines(out, r, "EVIDENCE ")
-        assert len(evidence) == LAUNCHES * len(CASES) + 2, f"rank {r}: {len(evidence)} evidence lines"
-        assert all(line.endswith(" PASS") for line in evidence), f"rank {r}: {evidence}"
+        want = LAUNCHES * len(CASES) + len(CHAINED)
+        assert len(evidence) == want, f"rank {r}: {len(evidence)} EVIDENCE lines, expected {want}"
         identical = testing.rank_lines(out, r, "IDENTICAL ")
-        assert len(identical) == len(evidence), f"rank {r}: {len(identical)} IDENTICAL lines"
         assert all(f"on all {ranks} rank(s) PASS" in line for line in identical), f"rank {r}: {identical}"
-        assert testing.rank_lines(out, r, "All allreduce cases PASS"), f"rank {r} did not finish"
+        own = [ln for ln in identical if ".launch" in ln or " allreduce_" in ln]     # not World.verify's
+        assert len(own) == len(evidence), f"rank {r}: {len(own)} IDENTICAL lines of the test's own"
         assert any(f"W={ranks}," in ln and "passes=4" in ln for ln in evidence)
         assert any(f"shared_buffer[float32,W={ranks}," in ln for ln in evidence)
 
@@ -157,5 +145,4 @@ def test_allreduce_one_rank_chained(offline):
 
 
 if __name__ == "__main__":
-    main()
-    sys.exit(0)
+    testing.run_cases_as_script("allreduce", run_case, None, CASES, _jitter, after=CHAINED)

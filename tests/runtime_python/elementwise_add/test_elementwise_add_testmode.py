@@ -1,6 +1,10 @@
 """elementwise_add_layer in test mode: y = a + b (fp32 math), several workers, schedule jitter.
 
 Run: python tests/runtime_python/elementwise_add/test_elementwise_add_testmode.py   (or pytest this file)
+     mpirun -n 4 python tests/runtime_python/elementwise_add/test_elementwise_add_testmode.py
+     (one 4-rank job: elementwise_add is replicated (layers/elementwise_add.py TP), so every rank runs every
+     case on the same full inputs and its outputs must be bit-identical across ranks;
+     testing.run_cases_as_script)
 """
 
 import pytest
@@ -22,9 +26,9 @@ CASES = [
 ]
 
 
-def run_case(dtype, batch, hidden, grid, jitter, output_dir=None):
+def run_case(dtype, batch, hidden, grid, jitter, output_dir=None, world=testing.ONE_RANK):
     gen = testing.generator(offset=batch * 100003 + hidden * 31 + grid[1])
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter))
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params))
     a = testing.randn((batch, hidden), dtype, gen)
     b = testing.randn((batch, hidden), dtype, gen)
     out = torch.zeros(batch, hidden, dtype=dtype)
@@ -36,7 +40,7 @@ def run_case(dtype, batch, hidden, grid, jitter, output_dir=None):
     pk()
     expected = ref.elementwise_add(a, b)
     scale = a.double().abs() + b.double().abs()
-    name = f"elementwise_add[{str(dtype)[6:]},{batch}x{hidden},grid={grid},jitter={jitter}]"
+    name = f"elementwise_add[{str(dtype)[6:]},{batch}x{hidden},grid={grid},jitter={jitter}{world.tag}]"
     testing.check_output(name, out, expected, testing.tol_elementwise(dtype, scale), pk.layers[0].checks,
                          (a, b), pk=pk)
     pk.finalize()

@@ -1,6 +1,9 @@
 """identity_layer in test mode: y = x (a bit copy), several workers, schedule jitter.
 
 Run: python tests/runtime_python/identity/test_identity_testmode.py   (or pytest this file)
+     mpirun -n 4 python tests/runtime_python/identity/test_identity_testmode.py   (one 4-rank job: identity
+     is replicated (layers/identity.py TP), so every rank runs every case on the same full inputs and
+     its outputs must be bit-identical across ranks; testing.run_cases_as_script)
 """
 
 import pytest
@@ -23,9 +26,9 @@ CASES = [
 ]
 
 
-def run_case(dtype, shape, grid, jitter, output_dir=None):
+def run_case(dtype, shape, grid, jitter, output_dir=None, world=testing.ONE_RANK):
     gen = testing.generator(offset=shape[0] * 100003 + shape[-1] * 37 + grid[1])
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter))
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params))
     x = testing.randn(shape, dtype, gen)
     out = torch.zeros(shape, dtype=dtype)
     x_dt, out_dt = pk.attach_input(x, name="x"), pk.attach_input(out, name="out")
@@ -33,7 +36,7 @@ def run_case(dtype, shape, grid, jitter, output_dir=None):
     pk.compile(output_dir=output_dir)
     pk()
     expected = ref.identity(x)
-    name = f"identity[{str(dtype)[6:]},{'x'.join(map(str, shape))},grid={grid},jitter={jitter}]"
+    name = f"identity[{str(dtype)[6:]},{'x'.join(map(str, shape))},grid={grid},jitter={jitter}{world.tag}]"
     testing.assert_close(name, out, expected, testing.tol_elementwise(dtype), pk=pk)
     # identity.h is a bit copy: the budget above is already below half an ulp; this says it exactly.
     assert torch.equal(out.view(torch.uint8), x.view(torch.uint8)), f"{name}: output is not a bit copy"

@@ -1,6 +1,11 @@
 """linear_layer in test mode: y = x @ W^T on real generated code, several workers, schedule jitter.
 
 Run: python tests/runtime_python/linear/test_linear_testmode.py   (or pytest this file)
+     mpirun -n 4 python tests/runtime_python/linear/test_linear_testmode.py   (one 4-rank job: linear is
+     column-parallel (layers/linear.py TP): every rank draws the same unsharded x and W, keeps rows
+     [r*N/W, (r+1)*N/W) of W, computes those columns of y, and compares them with the same columns
+     of the unsharded float64 reference; grid.x becomes the largest divisor of the local N not above
+     the case's; testing.run_cases_as_script)
 """
 
 import pytest
@@ -22,13 +27,17 @@ CASES = [
 ]
 
 
-def run(dtype, batch, k, n, grid, jitter, output_dir=None):
-    """Build, compile and run one case: (pk, name, out, expected, tol, inputs)."""
-    gen = testing.generator(offset=batch * 100003 + k * 1009 + n)
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter))
+def run(dtype, batch, k, n, grid, jitter, output_dir=None, world=testing.ONE_RANK):
+    """Build, compile and run one case: (pk, name, out, expected, tol, inputs).
+
+    world (several ranks): x whole, this rank's rows of W, its columns of y and of the reference."""
+    gen = testing.generator(offset=batch * 100003 + k * 1009 + n)      # the same on every rank
     x = testing.randn((batch, k), dtype, gen)
-    w = testing.randn((n, k), dtype, gen, scale=k ** -0.5)    # random, not zeros: a skipped row shows
-    out = torch.zeros(batch, n, dtype=dtype)
+    w_full = testing.randn((n, k), dtype, gen, scale=k ** -0.5)   # random, not zeros: a skipped row shows
+    w = world.shard("weight", w_full)
+    grid = (world.fit(grid[0], w.shape[0]), grid[1])
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params))
+    out = torch.zeros(batch, w.shape[0], dtype=dtype)
     x_dt, w_dt = pk.attach_input(x, name="x"), pk.attach_input(w, name="w")
     out_dt = pk.attach_input(out, name="out")
     pk.linear_layer(input=x_dt, weight=w_dt, output=out_dt, grid_dim=(grid[0], grid[1], 1),
@@ -36,14 +45,14 @@ def run(dtype, batch, k, n, grid, jitter, output_dir=None):
     pk.compile(output_dir=output_dir)
     pk()
     pk.finalize()
-    expected = ref.linear(x, w)
+    expected = world.shard("output", ref.linear(x, w_full))
     scale = x.double().abs() @ w.double().abs().T            # sum_k |x_bk * w_nk| per output
-    name = f"linear[{str(dtype)[6:]},{batch}x{k}->{n},grid={grid},jitter={jitter}]"
+    name = f"linear[{str(dtype)[6:]},{batch}x{k}->{n},grid={grid},jitter={jitter}{world.tag}]"
     return pk, name, out, expected, testing.tol_linear(dtype, k, scale), (x, w)
 
 
-def run_case(dtype, batch, k, n, grid, jitter, output_dir=None):
-    pk, name, out, expected, tol, inputs = run(dtype, batch, k, n, grid, jitter, output_dir)
+def run_case(dtype, batch, k, n, grid, jitter, output_dir=None, world=testing.ONE_RANK):
+    pk, name, out, expected, tol, inputs = run(dtype, batch, k, n, grid, jitter, output_dir, world)
     testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk)
     return pk
 

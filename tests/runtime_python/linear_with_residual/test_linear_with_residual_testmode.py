@@ -2,7 +2,17 @@
 
 Run: python tests/runtime_python/linear_with_residual/test_linear_with_residual_testmode.py
      (or pytest this file)
+     mpirun -n 4 python tests/runtime_python/linear_with_residual/test_linear_with_residual_testmode.py
+     (one 4-rank job: linear_with_residual is row-parallel (layers/linear_with_residual.py TP), as
+     MPK's o/down projections: every rank draws the same unsharded x, W and residual, keeps columns
+     [r*K/W, (r+1)*K/W) of x and W, computes its partial sum (the residual on rank 0 only), and an
+     allreduce layer after it sums the partials. Checks per rank: the partial against its own
+     float64 reference and the sum against the gathered partials (the tight per-layer budgets),
+     the sum against the unsharded reference (the composed budget: K + 1 + W terms, each partial
+     rounded once to the dtype), and the sum bit-identical across ranks;
+     testing.run_cases_as_script)
 """
+import os
 
 import pytest
 import torch
@@ -11,6 +21,7 @@ from mirage.mpk import testing
 from mirage.mpk.persistent_kernel import PersistentKernel
 
 ref = testing.load_reference(__file__)
+ALLREDUCE = testing.load_reference(os.path.join(os.path.dirname(__file__), "..", "allreduce", "x.py"))
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 # (batch, in_features K, out_features N, (grid.x, grid.y)): grid.x splits N, grid.y splits rows
@@ -23,25 +34,43 @@ CASES = [
 ]
 
 
-def run_case(dtype, batch, k, n, grid, jitter, output_dir=None):
-    gen = testing.generator(offset=batch * 100003 + k * 1009 + n + 7)
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter))
-    x = testing.randn((batch, k), dtype, gen)
-    w = testing.randn((n, k), dtype, gen, scale=k ** -0.5)    # random, not zeros: y == residual shows
+def run_case(dtype, batch, k, n, grid, jitter, output_dir=None, world=testing.ONE_RANK):
+    gen = testing.generator(offset=batch * 100003 + k * 1009 + n + 7)     # the same on every rank
+    x_full = testing.randn((batch, k), dtype, gen)
+    w_full = testing.randn((n, k), dtype, gen, scale=k ** -0.5)    # random, not zeros: y == residual shows
     residual = testing.randn((batch, n), dtype, gen)
-    out = torch.zeros(batch, n, dtype=dtype)
+    x, w = world.shard("input", x_full), world.shard("weight", w_full)     # this rank's columns of K
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params))
+    out = torch.zeros(batch, n, dtype=dtype)             # one rank: y; several: this rank's partial sum
     x_dt, w_dt = pk.attach_input(x, name="x"), pk.attach_input(w, name="w")
     r_dt, out_dt = pk.attach_input(residual, name="residual"), pk.attach_input(out, name="out")
     pk.linear_with_residual_layer(input=x_dt, weight=w_dt, residual=r_dt, output=out_dt,
                                   grid_dim=(grid[0], grid[1], 1), block_dim=(128, 1, 1))
+    summed = world.allreduce(pk, out_dt, grid[0])        # several ranks: sum the partials (None on one)
     pk.compile(output_dir=output_dir)
     pk()
-    expected = ref.linear_with_residual(x, w, residual)
-    scale = x.double().abs() @ w.double().abs().T + residual.double().abs()
-    name = f"linear_with_residual[{str(dtype)[6:]},{batch}x{k}->{n},grid={grid},jitter={jitter}]"
-    testing.check_output(name, out, expected, testing.tol_linear(dtype, k + 1, scale), pk.layers[0].checks,
-                         (x, w, residual), pk=pk)
     pk.finalize()
+    add_residual = world.rank == 0
+    expected = ref.linear_with_residual(x, w, residual, add_residual=add_residual)
+    scale = x.double().abs() @ w.double().abs().T + residual.double().abs() * add_residual
+    name = f"linear_with_residual[{str(dtype)[6:]},{batch}x{k}->{n},grid={grid},jitter={jitter}{world.tag}]"
+    testing.check_output(name, out, expected, testing.tol_linear(dtype, x.shape[1] + 1, scale),
+                         pk.layers[0].checks, (x, w, residual), pk=pk)
+    if summed is not None:
+        parts = world.gather(out.clone())
+        # the allreduce, on the partial sums the ranks computed: W terms (the tight per-layer check)
+        tol = testing.tolerance(dtype, k=world.size, scale=sum(p.double().abs() for p in parts))
+        testing.check_output(f"{name}.allreduce", summed, ALLREDUCE.allreduce(parts), tol,
+                             pk.layers[1].checks, (out,), pk=pk)
+        # end to end: the unsharded layer from the full tensors. The chain composes the budgets: k + 1 fp32
+        # terms per partial and W in the sum, relative to the whole scale, plus each partial rounded once
+        # to the dtype (u_in; its variance from the squared partials)
+        expected = world.shard("output", ref.linear_with_residual(x_full, w_full, residual))
+        scale = x_full.double().abs() @ w_full.double().abs().T + residual.double().abs()
+        tol = testing.tolerance(dtype, k=k + 1 + world.size, scale=scale, ops=2, input_rounding=dtype,
+                                scale2=sum(p.double() ** 2 for p in parts))
+        testing.check_output(f"{name}.unsharded", summed, expected, tol, pk.layers[1].checks, (out, residual),
+                             pk=pk)
     return pk
 
 

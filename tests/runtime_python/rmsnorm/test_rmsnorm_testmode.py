@@ -1,6 +1,9 @@
 """rmsnorm_layer in test mode: real generated code, several workers, schedule jitter.
 
 Run: python tests/runtime_python/rmsnorm/test_rmsnorm_testmode.py   (or pytest this file)
+     mpirun -n 4 python tests/runtime_python/rmsnorm/test_rmsnorm_testmode.py   (one 4-rank job: rmsnorm
+     is replicated (layers/rmsnorm.py TP), so every rank runs every case on the same full inputs and
+     the outputs must be bit-identical across ranks; testing.run_cases_as_script)
 """
 
 import pytest
@@ -24,10 +27,10 @@ SCALAR_CASES = [
 ]
 
 
-def run(dtype, batch, hidden, grid, eps=1e-6, jitter=0, output_dir=None):
+def run(dtype, batch, hidden, grid, eps=1e-6, jitter=0, output_dir=None, world=testing.ONE_RANK):
     """Build, compile and run one case: (pk, name, out, expected, tol, inputs, reference of eps)."""
     gen = testing.generator(offset=batch * 1000 + hidden)
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter))
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params))
     x = testing.randn((batch, hidden), dtype, gen)
     w = testing.randn((hidden,), dtype, gen)        # random, not ones: a missing multiply shows
     out = torch.zeros(batch, hidden, dtype=dtype)
@@ -39,13 +42,15 @@ def run(dtype, batch, hidden, grid, eps=1e-6, jitter=0, output_dir=None):
     pk()
     pk.finalize()
     expected = ref.rmsnorm(x, w, eps)
-    name = f"rmsnorm[{str(dtype)[6:]},{batch}x{hidden},grid={grid},eps={eps:g}]"
+    name = f"rmsnorm[{str(dtype)[6:]},{batch}x{hidden},grid={grid},eps={eps:g}{world.tag}]"
     tol = testing.tol_rmsnorm(dtype, hidden)
     return pk, name, out, expected, tol, (x,), lambda **p: ref.rmsnorm(x, w, **p)
 
 
-def run_case(dtype, batch, hidden, grid, eps=1e-6, jitter=0, output_dir=None, scalars_required=False):
-    pk, name, out, expected, tol, inputs, reference = run(dtype, batch, hidden, grid, eps, jitter, output_dir)
+def run_case(dtype, batch, hidden, grid, eps=1e-6, jitter=0, output_dir=None, scalars_required=False,
+             world=testing.ONE_RANK):
+    pk, name, out, expected, tol, inputs, reference = run(dtype, batch, hidden, grid, eps, jitter, output_dir,
+                                                          world)
     testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk)
     testing.check_scalars(name, pk.layers[0], reference, expected, tol, required=scalars_required)
     return pk

@@ -1,6 +1,10 @@
 """silu_mul_layer in test mode: per tile [gate | up] -> silu(gate) * up, several workers, jitter.
 
 Run: python tests/runtime_python/silu_mul/test_silu_mul_testmode.py   (or pytest this file)
+     mpirun -n 4 python tests/runtime_python/silu_mul/test_silu_mul_testmode.py
+     (one 4-rank job: silu_mul on a whole activation is replicated (layers/silu_mul.py TP), so
+     every rank runs every case on the same full inputs and its outputs must be bit-identical
+     across ranks; testing.run_cases_as_script)
 """
 
 import pytest
@@ -23,9 +27,9 @@ CASES = [
 ]
 
 
-def run_case(dtype, batch, inter, grid, jitter, output_dir=None):
+def run_case(dtype, batch, inter, grid, jitter, output_dir=None, world=testing.ONE_RANK):
     gen = testing.generator(offset=batch * 100003 + inter * 17 + grid[0])
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter))
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params))
     x = testing.randn((batch, 2 * inter), dtype, gen, scale=2.0)   # gate values well into silu's tails
     out = torch.zeros(batch, inter, dtype=dtype)
     x_dt, out_dt = pk.attach_input(x, name="x"), pk.attach_input(out, name="out")
@@ -33,7 +37,7 @@ def run_case(dtype, batch, inter, grid, jitter, output_dir=None):
     pk.compile(output_dir=output_dir)
     pk()
     expected = ref.silu_mul(x, groups=pk.layers[0].grid[0])
-    name = f"silu_mul[{str(dtype)[6:]},{batch}x{2 * inter}->{inter},grid={grid},jitter={jitter}]"
+    name = f"silu_mul[{str(dtype)[6:]},{batch}x{2 * inter}->{inter},grid={grid},jitter={jitter}{world.tag}]"
     testing.check_output(name, out, expected, testing.tol_elementwise(dtype), pk.layers[0].checks, (x,),
                          pk=pk)
     pk.finalize()

@@ -1,9 +1,13 @@
 """tensor_init_layer in test mode: `input` becomes exactly zero, several workers, schedule jitter.
 
 Run: python tests/runtime_python/tensor_init/test_tensor_init_testmode.py   (or pytest this file)
+     mpirun -n 4 python tests/runtime_python/tensor_init/test_tensor_init_testmode.py
+     (one 4-rank job: tensor_init is replicated (layers/tensor_init.py TP), so every rank runs every
+     case and the ordering check on the same full inputs, and the outputs must be bit-identical
+     across ranks; testing.run_cases_as_script)
 """
+import functools
 import os
-import sys
 
 import pytest
 import torch
@@ -26,9 +30,9 @@ CASES = [
 ]
 
 
-def run_case(dtype, batch, hidden, grid, jitter, output_dir=None):
+def run_case(dtype, batch, hidden, grid, jitter, output_dir=None, world=testing.ONE_RANK):
     gen = testing.generator(offset=batch * 100003 + hidden * 41 + grid[1])
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter))
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params))
     x = testing.randn((batch, hidden), dtype, gen)            # starts random: zero must be written
     dummy_in = testing.randn((batch, hidden), dtype, gen)
     dummy_out = testing.randn((2, 3), dtype, gen)              # declared, never written
@@ -40,7 +44,7 @@ def run_case(dtype, batch, hidden, grid, jitter, output_dir=None):
     pk.compile(output_dir=output_dir)
     pk()
     expected = ref.tensor_init(x_before)
-    name = f"tensor_init[{str(dtype)[6:]},{batch}x{hidden},grid={grid},jitter={jitter}]"
+    name = f"tensor_init[{str(dtype)[6:]},{batch}x{hidden},grid={grid},jitter={jitter}{world.tag}]"
     testing.check_nonvacuous(f"{name}.input_before_run", x_before, (NONZERO,))
     testing.assert_close(name, x, expected, testing.tol_elementwise(dtype), pk=pk)  # zero up to tiny/2: exact
     testing.check_nonvacuous(name, x, pk.layers[0].checks, inputs=(x_before,))
@@ -59,12 +63,12 @@ def test_tensor_init(dtype, case, tmp_path):
     run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=str(tmp_path))
 
 
-def run_ordering(output_dir=None, init_grid_x=2):
+def run_ordering(output_dir=None, init_grid_x=2, world=testing.ONE_RANK):
     """tensor_init waits for exactly the writers of the dummy_input rows its grid.x tile covers (MPK's
     map), or for every writer when grid.x does not divide the dummy's rows; nothing else orders it."""
     dtype = torch.float32
     gen = testing.generator(offset=77 + init_grid_x)
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=99))
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=99, **world.params))
     src = testing.randn((6, 8), dtype, gen)
     mid = torch.zeros(6, 8, dtype=dtype)
     x = testing.randn((4, 5), dtype, gen)
@@ -85,8 +89,8 @@ def run_ordering(output_dir=None, init_grid_x=2):
         waits_for = set(pk.graph.triggers_of(task.event)) if task.event > 0 else set()
         assert waits_for == want, (f"tensor_init task {task.label} waits for tasks {sorted(waits_for)}, "
                                    f"expected the writers of dummy_input rows {rows}: {sorted(want)}")
-    print(f"ORDER tensor_init grid.x={init_grid_x}: each of {pk.layers[1].num_tasks} tasks waits for exactly "
-          f"the writers of {'its rows' if split else 'all'} of its dummy_input PASS")
+    testing.say(f"ORDER tensor_init grid.x={init_grid_x}: each of {pk.layers[1].num_tasks} tasks waits for "
+                f"exactly the writers of {'its rows' if split else 'all'} of its dummy_input PASS")
     pk()
     tol = testing.tol_elementwise(dtype)
     testing.assert_close("ordering.identity.mid", mid, identity_ref.identity(src), tol, pk=pk)
@@ -101,12 +105,5 @@ def test_tensor_init_orders_after_dummy_input_producer(tmp_path, init_grid_x):
 
 
 if __name__ == "__main__":
-    out_dir = os.environ.get("MPK_OUTPUT_DIR", "./test_output")
-    for dtype in DTYPES:
-        for case in CASES:
-            pk = run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=out_dir)
-    run_ordering(output_dir=out_dir, init_grid_x=4)
-    pk = run_ordering(output_dir=out_dir)
-    print(f"generated code and task graph: {pk.output_files[0]}, {pk.output_files[1]}")
-    print("All tensor_init test-mode cases PASS")
-    sys.exit(0)
+    testing.run_cases_as_script("tensor_init", run_case, DTYPES, CASES, _jitter,
+                                after=[functools.partial(run_ordering, init_grid_x=4), run_ordering])

@@ -1,0 +1,113 @@
+"""Every layer test file is one N-rank job under `mpirun -n N` (README "Multi-rank", issue 12).
+
+    mpirun -n N python tests/runtime_python/<layer>/test_<layer>_testmode.py
+
+runs every case of the file on every rank through testing.run_cases_as_script, with the tensor
+parallelism the layer module declares (`TP` in mirage/mpk/layers/<layer>.py). Here each layer
+file found on disk is launched with `mpiexec -n 2`, and a few with `-n 4`, as a subprocess with a
+timeout (testing.mpirun), and for every rank r the output must show:
+
+- `[rank r] MULTIRANK <layer>: N ranks, tensor parallelism '<TP>'` and `[rank r] All <layer>
+  test-mode cases PASS`, every `[rank r] EVIDENCE` line PASS (the rank's shard against the matching
+  slice of the unsharded float64 reference);
+- a split layer (column / row): SHARDED lines whose local shape is smaller than the global one
+  on the split dim; a replicated result (replicated, row after its allreduce, reduce): IDENTICAL
+  lines, the same sha256 on all N ranks;
+- its own files in MPK_OUTPUT_DIR: test_rank{r}.cu, task_graph_rank{r}.json and
+  kernel_metadata_rank{r}.json naming rank r of world_size N;
+- whatever the file adds (`check_mpirun_output(out, ranks)`, the allreduce's launch counts).
+
+Negative control: MPK_TEST_WRONG_SHARD_RANK=1 makes rank 1 give its linear kernel rank 0's rows
+of W (testing.World.shard; the reference slice stays rank 1's): the job fails, promptly, with rank
+1's mismatch message, and rank 0 reports no failure of its own.
+"""
+import ast
+import json
+import os
+import re
+import time
+
+import pytest
+
+from mirage.mpk import testing
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+LAYERS = sorted(d for d in os.listdir(ROOT) if os.path.isfile(os.path.join(ROOT, d, f"test_{d}_testmode.py")))
+FOUR_RANKS = ["allreduce", "linear", "linear_with_residual", "rmsnorm"]    # one per TP kind, and the norm
+TIMEOUT_S = 180
+SHARDED = re.compile(r"SHARDED .* tp=(\w+) (\w+) (\([\d, ]+\)) -> (\([\d, ]+\)) \(dim (\d+):")
+
+
+def layer_file(layer: str) -> str:
+    return os.path.join(ROOT, layer, f"test_{layer}_testmode.py")
+
+
+def test_every_layer_folder_is_launched():
+    assert len(LAYERS) >= 8 and "rmsnorm" in LAYERS and set(FOUR_RANKS) <= set(LAYERS), LAYERS
+
+
+def check_rank(out: str, layer: str, ranks: int, r: int, tp: str) -> tuple[int, int]:
+    """One rank's lines; returns (SHARDED, IDENTICAL) line counts."""
+    assert testing.rank_lines(out, r, f"MULTIRANK {layer}: {ranks} ranks, tensor parallelism '{tp}'"), \
+        f"rank {r} did not start as one of {ranks} ranks"
+    assert testing.rank_lines(out, r, f"All {layer} test-mode cases PASS"), f"rank {r} did not finish"
+    assert not testing.rank_lines(out, r, "FAIL "), f"rank {r} reported a failure"
+    evidence = testing.rank_lines(out, r, "EVIDENCE ")
+    assert evidence and all(line.endswith(" PASS") for line in evidence), f"rank {r}: {evidence}"
+    files = testing.rank_lines(out, r, "generated code and task graph: ")
+    assert files and f"test_rank{r}.cu" in files[0] and f"task_graph_rank{r}.json" in files[0], files
+    sharded = testing.rank_lines(out, r, "SHARDED ")
+    for line in sharded:
+        kind, role, full, local, dim = SHARDED.search(line).groups()
+        full, local, dim = ast.literal_eval(full), ast.literal_eval(local), int(dim)
+        assert kind == tp and local[dim] < full[dim] and line.endswith(" PASS"), line
+    identical = testing.rank_lines(out, r, "IDENTICAL ")
+    assert all(line.endswith(f"on all {ranks} rank(s) PASS") for line in identical), identical
+    return len(sharded), len(identical)
+
+
+JOBS = [(layer, 2) for layer in LAYERS] + [(layer, 4) for layer in FOUR_RANKS]
+
+
+@pytest.mark.parametrize("layer,ranks", JOBS, ids=[f"{layer}-n{ranks}" for layer, ranks in JOBS])
+def test_layer_file_runs_as_one_multirank_job(layer, ranks, tmp_path):
+    t0 = time.perf_counter()
+    code, out = testing.mpirun(layer_file(layer), ranks, timeout=TIMEOUT_S,
+                               env={"MPK_OUTPUT_DIR": str(tmp_path), "MPK_LOG_LEVEL": "WARNING"})
+    elapsed = time.perf_counter() - t0
+    assert code == 0, f"mpirun -n {ranks} {layer} failed (exit {code}); output above"
+    tp = testing.layer_tp(layer)
+    split = bool(testing.TP_KINDS[tp])
+    for r in range(ranks):
+        n_sharded, n_identical = check_rank(out, layer, ranks, r, tp)
+        assert (n_sharded > 0) == split, f"rank {r}: {n_sharded} SHARDED lines for TP '{tp}'"
+        assert (n_identical > 0) == (tp != "column"), f"rank {r}: {n_identical} IDENTICAL lines for TP '{tp}'"
+        for name in (f"test_rank{r}.cu", f"task_graph_rank{r}.json"):
+            assert (tmp_path / name).is_file(), f"rank {r} wrote no {name}: {sorted(os.listdir(tmp_path))}"
+        with open(tmp_path / f"kernel_metadata_rank{r}.json") as f:
+            meta = json.load(f)
+        assert (meta["rank"], meta["world_size"]) == (r, ranks), meta
+    assert not os.path.exists(tmp_path / f"test_rank{ranks}.cu")
+    module = testing.load_reference(layer_file(layer), name=f"test_{layer}_testmode")
+    if hasattr(module, "check_mpirun_output"):
+        module.check_mpirun_output(out, ranks)
+    print(f"MULTIRANK {layer} -n {ranks}: TP '{tp}', every rank PASS in {elapsed:.1f} s")
+
+
+def test_a_rank_computing_a_wrong_shard_fails_the_job_with_its_message(tmp_path):
+    t0 = time.perf_counter()
+    code, out = testing.mpirun(layer_file("linear"), 2, timeout=60,
+                               env={testing.WRONG_SHARD_ENV: "1", "MPK_OUTPUT_DIR": str(tmp_path),
+                                    "MPK_LOG_LEVEL": "WARNING"})
+    elapsed = time.perf_counter() - t0
+    assert code not in (0, 124), f"exit {code}"
+    first = "linear[bfloat16,8x256->96,grid=(6, 1),jitter=1,W=2]"
+    assert testing.rank_lines(out, 1, f"FAIL linear[bfloat16,case=(8, 256, 96, (6, 1))] on rank 1 of 2: "
+                                      f"AssertionError: '{first}' is not close"), "rank 1's FAIL line"
+    assert f"[rank 1] AssertionError: '{first}' is not close (bfloat16, (8, 48))!" in out
+    assert "[rank 1] Mismatched elements: 384 / 384 (100.0%)" in out
+    assert "[rank 1] uncaught AssertionError: calling MPI_Abort" in out
+    assert not testing.rank_lines(out, 0, "FAIL "), "rank 0 computed its own shard right"
+    assert "test-mode cases PASS" not in out
+    assert elapsed < 30, f"the job took {elapsed:.1f} s to end"
+    print(f"ENDED wrong shard on rank 1: exit {code} after {elapsed:.1f} s, with rank 1's message")
