@@ -562,21 +562,17 @@ def run_cases_as_script(name: str, run_case, dtypes, cases, jitter=None, extra=(
     rank's shard with the matching slice of the unsharded reference. After each case World.verify
     gathers every rank's shards and outputs: split dims are smaller on every rank and the ranks'
     slices tile the dim (SHARDED lines), replicated outputs are bit-identical (IDENTICAL lines). A
-    failing rank prints `FAIL ...` and its traceback, and MPI_Abort ends the job (never a hang)."""
-    out_dir = os.environ.get("MPK_OUTPUT_DIR", "./test_output")
-    world = script_world(name)
+    failing rank prints its traceback ("[rank r] ...") and MPI_Abort ends the job (never a hang)."""
+    out_dir, world = os.environ.get("MPK_OUTPUT_DIR", "./test_output"), script_world(name)
     if world.size > 1:
         say(f"MULTIRANK {name}: {world.size} ranks, tensor parallelism '{world.tp}' {TP_KINDS[world.tp]}")
     for fn in extra:
         fn()
     pairs = [(d, c) for d in dtypes for c in cases] if dtypes else [(c[0], tuple(c[1:])) for c in cases]
-    runs = []
-    for d, c in pairs:
-        kw = {"jitter": jitter(d, c)} if jitter else {}
-        runs.append((f"{name}[{str(d)[6:]},case={c}]", functools.partial(run_case, d, *c, **kw)))
-    for d, c, params in scalar_cases:
-        runs.append((f"{name}[{str(d)[6:]},case={c},{params}]",
-                     functools.partial(run_case, d, *c, scalars_required=True, **params)))
+    runs = [(f"{name}[{str(d)[6:]},case={c}]", functools.partial(run_case, d, *c, **(
+        {"jitter": jitter(d, c)} if jitter else {}))) for d, c in pairs]
+    runs += [(f"{name}[{str(d)[6:]},case={c},{p}]", functools.partial(run_case, d, *c, scalars_required=True,
+                                                                      **p)) for d, c, p in scalar_cases]
     runs += [(f"{name}:{getattr(fn, 'func', fn).__name__}{getattr(fn, 'keywords', '')}", fn) for fn in after]
     pk = None
     for label, run in runs:
@@ -637,11 +633,9 @@ WRONG_SHARD_ENV = "MPK_TEST_WRONG_SHARD_RANK"
 
 
 def layer_tp(kind: str) -> str:
-    """The tensor parallelism layers/<kind>.py declares (its module-level TP, a key of TP_KINDS)."""
-    tp = getattr(importlib.import_module(f"mirage.mpk.layers.{kind}"), "TP", None)
-    if tp not in TP_KINDS:
-        raise ValueError(f"layers/{kind}.py must declare TP = one of {sorted(TP_KINDS)}, found {tp!r}")
-    return tp
+    """The tensor parallelism layers/<kind>.py declares: its module-level TP, a key of TP_KINDS
+    (tests/unit/test_layer_recipe.py requires it of every layer module)."""
+    return importlib.import_module(f"mirage.mpk.layers.{kind}").TP
 
 
 class CaseSkipped(Exception):
@@ -654,7 +648,7 @@ class World:
     A layer test's run_case takes `world=testing.ONE_RANK` and: draws its unsharded tensors from one
     seeded generator (the same on every rank); keeps its part of each with `world.shard(role,
     tensor)` (the tensor itself on one rank and for the roles its TP keeps whole); builds the kernel
-    with `cpu_config(..., **world.params)`; a row-parallel layer adds `world.allreduce(...)`; it
+    with `cpu_config(..., **world.params)`; a row-parallel layer adds an allreduce_layer; it
     compares what it computed with `world.shard("output", unsharded_reference)` and puts
     `world.tag` in its names. `shards` records (role, full shape, local shape, dim, lo, hi, sha256)."""
 
@@ -670,11 +664,6 @@ class World:
         r = self.rank if rank is None else rank
         return r * n // self.size, (r + 1) * n // self.size
 
-    @staticmethod
-    def fit(grid: int, n: int) -> int:
-        """The largest grid size not above `grid` that divides n (a local dim the case's grid may not)."""
-        return max(g for g in range(1, min(grid, n) + 1) if n % g == 0)
-
     def shard(self, role: str, full: torch.Tensor) -> torch.Tensor:
         """This rank's part (contiguous) of an unsharded tensor of `role`, as TP_KINDS[tp] splits it."""
         dim = TP_KINDS[self.tp].get(role) if self.size > 1 else None
@@ -686,18 +675,6 @@ class World:
         local = full.narrow(dim, lo, hi - lo).contiguous()
         self.shards.append((role, tuple(full.shape), tuple(local.shape), dim, lo, hi, digest(local)))
         return local
-
-    def allreduce(self, pk, partial, grid_x: int, name: str = "reduced") -> torch.Tensor | None:
-        """Row-parallel, several ranks: an allreduce layer after `partial` (a DTensor [B, H]); returns
-        its output, the sum of every rank's partial. None otherwise (nothing to sum)."""
-        if self.size == 1 or self.tp != "row":
-            return None
-        out = torch.zeros(partial.dims, dtype=partial.dtype.torch)
-        buf = pk.new_tensor((self.size, *partial.dims), dtype=out.dtype, name=f"{name}_buf",
-                            io_category="nvshmem_tensor")
-        pk.allreduce_layer(input=partial, buffer=buf, output=pk.attach_input(out, name=name),
-                           grid_dim=(self.fit(grid_x, partial.dims[1]), 1, 1), block_dim=(128, 1, 1))
-        return out
 
     def gather(self, obj) -> list:
         return self.comm.allgather(obj) if self.comm is not None else [obj]
@@ -732,30 +709,23 @@ def script_world(layer: str | None = None) -> World:
     PMI_SIZE or OMPI_COMM_WORLD_SIZE set) COMM_WORLD's rank and size, with the abort-on-exception hook
     installed (dist.install_excepthook); tp: the layer's TP."""
     tp = layer_tp(layer) if layer else None
-    if not {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE"} & set(os.environ):
+    if not {"PMI_SIZE", "OMPI_COMM_WORLD_SIZE"} & set(os.environ) or dist.mpi().COMM_WORLD.Get_size() == 1:
         return World(tp=tp)
     comm = dist.mpi().COMM_WORLD
-    if comm.Get_size() == 1:
-        return World(tp=tp)
     dist.install_excepthook(comm)
     return World(comm.Get_rank(), comm.Get_size(), comm, tp)
 
 
 def _on_world(world: World, label: str, run):
     """One case: on one rank exactly run(world); on several run(fresh World), then World.verify. A
-    failure prints `FAIL label` and re-raises: the excepthook prints the traceback and aborts the job."""
+    failure propagates: the excepthook prints the rank's traceback and MPI_Abort ends the job."""
     if world.size == 1:
         return run(world)
     case = World(world.rank, world.size, world.comm, world.tp)
     try:
         pk = run(case)
     except CaseSkipped as e:
-        say(f"SKIP {label}: {e}")
-        return None
-    except BaseException as e:
-        first = str(e).split("\n")[0]
-        say(f"FAIL {label} on rank {world.rank} of {world.size}: {type(e).__name__}: {first}")
-        raise
+        return say(f"SKIP {label}: {e}")
     case.verify(label, pk)
     return pk
 

@@ -15,7 +15,7 @@ Each layer module also declares its tensor parallelism, a module-level `TP` nami
 mirage.mpk.testing.TP_KINDS ("replicated", "column", "row", "reduce"), and its test file runs as
 one N-rank job under `mpirun -n N`: `__main__` calls run_cases_as_script, run_case takes `world`,
 kernels are built with `cpu_config(..., **world.params)`, every role the TP splits goes through
-`world.shard(role, tensor)`, and a row-parallel layer adds `world.allreduce(...)` (the runs
+`world.shard(role, tensor)`, and a row-parallel layer adds an `allreduce_layer` (the runs
 themselves: tests/runtime_python/test_mode/test_layers_multirank.py). Pure Python: the test files
 are parsed, not run.
 """
@@ -131,7 +131,7 @@ def test_layer_declares_its_tensor_parallelism(stem):
 def test_layer_test_runs_as_a_multirank_job(stem):
     """The layer's test file runs under mpirun as one N-rank job: its __main__ is run_cases_as_script,
     its run_case takes `world`, its kernels are built with **world.params, and it slices each tensor
-    role its TP splits with world.shard (a row-parallel layer also adds world.allreduce)."""
+    role its TP splits with world.shard (a row-parallel layer also adds an allreduce_layer)."""
     from mirage.mpk import testing
 
     path = os.path.join(ROOT, "tests", "runtime_python", stem, f"test_{stem}_testmode.py")
@@ -158,6 +158,6 @@ def test_layer_test_runs_as_a_multirank_job(stem):
                               f"the test must slice them with world.shard(role, unsharded_tensor), found "
                               f"{sorted(sliced)}")
     if tp == "row":
-        assert any(getattr(c.func, "attr", None) == "allreduce" for c in calls), \
-            f"{rel}: a row-parallel layer's partial sums need world.allreduce(pk, partial, grid_x) after it"
+        assert any(getattr(c.func, "attr", None) == "allreduce_layer" for c in calls), \
+            f"{rel}: a row-parallel layer's partial sums need an allreduce_layer after it (world.size > 1)"
     print(f"RECIPE {rel}: TP={tp!r}, run_case(world), **world.params, world.shard of {sorted(sliced)} PASS")

@@ -46,7 +46,12 @@ def run_case(dtype, batch, k, n, grid, jitter, output_dir=None, world=testing.ON
     r_dt, out_dt = pk.attach_input(residual, name="residual"), pk.attach_input(out, name="out")
     pk.linear_with_residual_layer(input=x_dt, weight=w_dt, residual=r_dt, output=out_dt,
                                   grid_dim=(grid[0], grid[1], 1), block_dim=(128, 1, 1))
-    summed = world.allreduce(pk, out_dt, grid[0])        # several ranks: sum the partials (None on one)
+    summed = None
+    if world.size > 1:                                   # row-parallel: an allreduce sums the partials
+        summed = torch.zeros(batch, n, dtype=dtype)
+        buf = pk.new_tensor((world.size, batch, n), dtype=dtype, name="buf", io_category="nvshmem_tensor")
+        pk.allreduce_layer(input=out_dt, buffer=buf, output=pk.attach_input(summed, name="summed"),
+                           grid_dim=(grid[0], 1, 1), block_dim=(128, 1, 1))
     pk.compile(output_dir=output_dir)
     pk()
     pk.finalize()

@@ -51,7 +51,6 @@ def check_rank(out: str, layer: str, ranks: int, r: int, tp: str) -> tuple[int, 
     assert testing.rank_lines(out, r, f"MULTIRANK {layer}: {ranks} ranks, tensor parallelism '{tp}'"), \
         f"rank {r} did not start as one of {ranks} ranks"
     assert testing.rank_lines(out, r, f"All {layer} test-mode cases PASS"), f"rank {r} did not finish"
-    assert not testing.rank_lines(out, r, "FAIL "), f"rank {r} reported a failure"
     evidence = testing.rank_lines(out, r, "EVIDENCE ")
     assert evidence and all(line.endswith(" PASS") for line in evidence), f"rank {r}: {evidence}"
     files = testing.rank_lines(out, r, "generated code and task graph: ")
@@ -102,12 +101,10 @@ def test_a_rank_computing_a_wrong_shard_fails_the_job_with_its_message(tmp_path)
     elapsed = time.perf_counter() - t0
     assert code not in (0, 124), f"exit {code}"
     first = "linear[bfloat16,8x256->96,grid=(6, 1),jitter=1,W=2]"
-    assert testing.rank_lines(out, 1, f"FAIL linear[bfloat16,case=(8, 256, 96, (6, 1))] on rank 1 of 2: "
-                                      f"AssertionError: '{first}' is not close"), "rank 1's FAIL line"
     assert f"[rank 1] AssertionError: '{first}' is not close (bfloat16, (8, 48))!" in out
     assert "[rank 1] Mismatched elements: 384 / 384 (100.0%)" in out
     assert "[rank 1] uncaught AssertionError: calling MPI_Abort" in out
-    assert not testing.rank_lines(out, 0, "FAIL "), "rank 0 computed its own shard right"
+    assert "[rank 0] AssertionError" not in out and "[rank 0] Traceback" not in out, "rank 0's shard is right"
     assert "test-mode cases PASS" not in out
     assert elapsed < 30, f"the job took {elapsed:.1f} s to end"
     print(f"ENDED wrong shard on rank 1: exit {code} after {elapsed:.1f} s, with rank 1's message")
