@@ -7,7 +7,8 @@ silu_mul (g tasks) -> down linear + residual [8, 12288] x [4096, 12288]^T (64 ta
 task a 128-thread block of fibers). "native": the same generated dispatcher compiled against the
 plain C++ loops that served the CPU backend before the single-source kernels
 (benchmarks/native_cpu_kernels/, kept here only for this comparison; the mainline has one kernel
-per layer). Same graph, workers, runtime and inputs; the outputs of both are compared too.
+per layer), run by thread 0 of each worker block of the persistent executor. Same graph, workers,
+runtime and inputs; the outputs of both are compared too.
 Prints min-of-N pass times; not a timed test. Run: python benchmarks/qwen3_mlp_pass.py [--repeat 3]
 """
 import argparse
@@ -31,10 +32,12 @@ BATCH, HIDDEN, INTER, GROUPS = 8, 4096, 12288, 128
 
 
 def native_source(src: str) -> str:
-    """The generated dispatcher over the native kernels: their headers, called directly."""
+    """The generated dispatcher over the native kernels: their headers, each task's loop called once by
+    thread 0 of the executor's worker block (the other emulated threads only pass its barriers)."""
     src = re.sub(r'#include "tasks/(\w+)\.cuh"', r'#include "\1.h"', src)
-    return src.replace('#include "runtime/runtime.h"', '#include "runtime/runtime.h"\n'
-                       "#define MPK_RUN_TASK(v, ...) (__VA_ARGS__)(v)\n#define MPK_DISPATCH inline", 1)
+    head = ['#include "runtime/runtime.h"', '#include "runtime/simt.h"', "#undef MPK_RUN_TASK",
+            "#define MPK_RUN_TASK(v, ...) do { if (threadIdx.x == 0) (__VA_ARGS__)(v); } while (0)"]
+    return src.replace('#include "runtime/runtime.h"', "\n".join(head), 1)
 
 
 @contextlib.contextmanager

@@ -2,8 +2,11 @@
 // module. Include it LAST, after the generated dispatcher and
 //   #define MPK_EXECUTE_TASK mpk_generated::execute_task   // bool(const mpk::TaskView&):
 //                                                          // false for a variant it does not have
-// Every entry point catches everything: no C++ exception crosses the C ABI. All state
-// lives in the handle mpk_init returns, so kernels sharing one loaded .so share nothing.
+// The executor is csrc/runtime/executor.cuh (one source for both backends); this file gives it
+// the dispatcher and a driver: host_cpu.h under the host compiler, host_cuda.h under nvcc (plus
+// entry_cuda.h's one-task launcher). Every entry point catches everything: no C++ exception
+// crosses the C ABI. All state lives in the handle mpk_init returns, so kernels sharing one
+// loaded .so share nothing.
 #pragma once
 #if defined(MPK_FAULT_INJECTION) && !defined(MPK_PERTURB_OUTPUT)
 #error "runtime/entry.h: a fault-injection build needs MPK_PERTURB_OUTPUT from the generated code"
@@ -11,147 +14,29 @@
 #ifndef MPK_EXECUTE_TASK
 #error "runtime/entry.h: define MPK_EXECUTE_TASK (the generated dispatcher) before including it"
 #endif
-#if defined(MPK_BACKEND_CUDA)
-#error "runtime/entry.h: the CUDA executor is not written yet; build with MPK_BACKEND_CPU"
+#if defined(MPK_BACKEND_CUDA) && !defined(__CUDACC__)
+#error "runtime/entry.h: MPK_BACKEND_CUDA is built by nvcc"
 #endif
-#if defined(__CUDACC__)
-// Under nvcc (until the persistent GPU executor exists: docs/simt.md) the generated module is
-// the dispatcher and its kernels as device code, plus a one-task launcher for checking kernels
-// on a GPU; the CPU executor's entry points below are host-backend only.
-#include "entry_cuda.h"
-#else
 #include <string.h>
 #include <new>
 #include <string>
 #include "runtime.h"
-#include "executor_cpu.h"
+#include "validate.h"
+#if defined(__CUDACC__)
+#include "entry_cuda.h"
+#include "host_cuda.h"
+#else
+#include "host_cpu.h"
+#endif
 
 #define MPK_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace mpk {
 
-// ---- validation: everything the runtime relies on, checked once at mpk_init
-
-inline std::string validate(const MpkConfig* c, const MpkTask* tasks, const MpkEvent* events,
-                            void* const* tensors, const MpkMeta* m) {
-    char b[512];
-    auto bad = [&](const char* fmt, auto... args) {
-        snprintf(b, sizeof b, fmt, args...);
-        return std::string(b);
-    };
-    if (!c) return "config is NULL";
-    if (c->abi_version != MPK_ABI_VERSION)
-        return bad("abi_version %d, this module implements %d; rebuild the module", c->abi_version, MPK_ABI_VERSION);
-    if (!tasks || !events) return "tasks or events is NULL";
-    if (c->num_tasks < 2) return bad("num_tasks = %d: need TERMINATE plus at least one layer task", c->num_tasks);
-    if (c->num_events < 2) return bad("num_events = %d: need TERMINATION and END_OF_TASK_GRAPH", c->num_events);
-    if (c->num_tensors < 1) return bad("num_tensors = %d, need >= 1", c->num_tensors);
-    if (c->num_workers < 1) return bad("num_workers = %d, need >= 1", c->num_workers);
-    if (c->num_local_schedulers < 1) return bad("num_local_schedulers = %d, need >= 1", c->num_local_schedulers);
-    if (c->max_seq_length < 1) return bad("max_seq_length = %d, need >= 1", c->max_seq_length);
-    if (c->page_size < 1) return bad("page_size = %d, need >= 1", c->page_size);
-    if (c->max_num_batched_requests < 0 || c->max_num_batched_tokens < 0 || c->max_num_pages < 0 ||
-        c->total_num_requests < 0)
-        return bad("negative size: max_num_batched_requests %d, max_num_batched_tokens %d, max_num_pages %d, "
-                   "total_num_requests %d",
-                   c->max_num_batched_requests, c->max_num_batched_tokens, c->max_num_pages, c->total_num_requests);
-    if (c->world_size < 1 || c->mpi_rank < 0 || c->mpi_rank >= c->world_size)
-        return bad("mpi_rank %d / world_size %d", c->mpi_rank, c->world_size);
-
-    if (c->fault_kind < MPK_FAULT_NONE || c->fault_kind > MPK_FAULT_NO_SIGNAL)
-        return bad("fault_kind = %d is not an MPK_FAULT_* value", c->fault_kind);
-    if (c->fault_kind != MPK_FAULT_NONE && (c->fault_task < 1 || c->fault_task >= c->num_tasks))
-        return bad("fault_task = %d is outside the layer tasks 1..%d", c->fault_task, c->num_tasks - 1);
-#ifndef MPK_FAULT_INJECTION
-    if (c->fault_kind != MPK_FAULT_NONE)
-        return "a fault was requested but this module was built without MPK_FAULT_INJECTION";
-#endif
-
-    if (!tensors) return "tensor_ptrs is NULL";
-    for (int32_t i = 0; i < c->num_tensors; ++i)
-        if (!tensors[i]) return bad("tensor_ptrs[%d] is NULL", i);
-    if (c->peer_tensor_ptrs)
-        for (int32_t i = 0; i < c->num_tensors; ++i)
-            if (c->peer_tensor_ptrs[int64_t(c->mpi_rank) * c->num_tensors + i] &&
-                c->peer_tensor_ptrs[int64_t(c->mpi_rank) * c->num_tensors + i] != tensors[i])
-                return bad("peer_tensor_ptrs: rank %d's own entry for tensor %d differs from tensor_ptrs[%d]",
-                           c->mpi_rank, i, i);
-    if (c->worker_threads < 32 || c->worker_threads > 1024 || c->worker_threads % 32)
-        return bad("worker_threads = %d: need a multiple of 32 in [32, 1024]", c->worker_threads);
-    if (c->smem_bytes < 0) return bad("smem_bytes = %d", c->smem_bytes);
-    if (c->num_signal_slots < 0) return bad("num_signal_slots = %d", c->num_signal_slots);
-    if (c->num_signal_slots > 0) {
-        if (!c->peer_signal_ptrs) return bad("num_signal_slots = %d but peer_signal_ptrs is NULL", c->num_signal_slots);
-        for (int32_t r = 0; r < c->world_size; ++r)
-            if (!c->peer_signal_ptrs[r]) return bad("peer_signal_ptrs[%d] is NULL", r);
-    }
-
-    // meta buffers: present wherever their size is non-zero
-    if (!m) return "meta is NULL";
-    const int64_t reqs = c->total_num_requests, toks = c->max_num_batched_tokens, slots = c->max_num_batched_requests;
-    const struct { const void* p; int64_t n; const char* name; } bufs[] = {
-        {m->tokens, reqs * c->max_seq_length, "tokens"},
-        {m->step, reqs, "step"},
-        {m->prompt_lengths, reqs, "prompt_lengths"},
-        {m->input_tokens, toks, "input_tokens"},
-        {m->output_tokens, toks, "output_tokens"},
-        {m->num_new_tokens, 1, "num_new_tokens"},
-        {m->qo_indptr_buffer, slots + 1, "qo_indptr_buffer"},
-        {m->paged_kv_indptr_buffer, slots + 1, "paged_kv_indptr_buffer"},
-        {m->paged_kv_indices_buffer, c->max_num_pages, "paged_kv_indices_buffer"},
-        {m->paged_kv_last_page_len_buffer, slots, "paged_kv_last_page_len_buffer"},
-    };
-    for (const auto& buf : bufs)
-        if (buf.n > 0 && !buf.p) return bad("meta tensor %s is NULL (%lld entries expected)", buf.name, (long long)buf.n);
-
-    const int32_t end = c->num_events - 1;
-    if (tasks[0].task_type != MPK_TASK_TERMINATE) return bad("tasks[0].task_type = %d, expected TERMINATE (0)", tasks[0].task_type);
-    if (events[end].event_type != MPK_EVENT_END_OF_TASK_GRAPH)
-        return bad("events[%d] (the last) has event_type %d, expected END_OF_TASK_GRAPH (%d)", end,
-                   events[end].event_type, MPK_EVENT_END_OF_TASK_GRAPH);
-    for (int32_t e = 0; e < c->num_events; ++e)
-        if (events[e].num_triggers < 0) return bad("event %d: num_triggers = %d", e, events[e].num_triggers);
-
-    // min_waiter[e]: the lowest task waiting on e (num_tasks if none)
-    std::vector<int32_t> min_waiter(size_t(c->num_events), c->num_tasks);
-    for (int32_t t = c->num_tasks - 1; t >= 1; --t) {
-        const MpkTask& k = tasks[t];
-        if (k.task_type < MPK_TASK_FIRST_LAYER)
-            return bad("task %d: task_type %d is not a layer task (>= %d)", t, k.task_type, MPK_TASK_FIRST_LAYER);
-        if (k.dependent_event < -1 || k.dependent_event >= c->num_events)
-            return bad("task %d: dependent_event %d outside [-1, %d)", t, k.dependent_event, c->num_events);
-        if (k.dependent_event == 0) return bad("task %d waits on event 0 (TERMINATION)", t);
-        if (k.dependent_event == end)
-            return bad("task %d waits on END_OF_TASK_GRAPH (event %d); only the runtime does", t, end);
-        if (k.dependent_event > 0) min_waiter[k.dependent_event] = t;
-    }
-    int32_t end_triggers = 0;
-    for (int32_t t = 1; t < c->num_tasks; ++t) {
-        const MpkTask& k = tasks[t];
-        if (k.num_inputs < 0 || k.num_outputs < 0 || k.num_inputs + k.num_outputs > MPK_MAX_TILES)
-            return bad("task %d: %d inputs + %d outputs, at most %d tiles", t, k.num_inputs, k.num_outputs, MPK_MAX_TILES);
-        for (int32_t i = 0; i < k.num_inputs + k.num_outputs; ++i) {
-            if (k.tiles[i].tensor < 0 || k.tiles[i].tensor >= c->num_tensors)
-                return bad("task %d tile %d: tensor %d outside [0, %d)", t, i, k.tiles[i].tensor, c->num_tensors);
-            if (k.tiles[i].offset < 0) return bad("task %d tile %d: negative offset %lld", t, i, (long long)k.tiles[i].offset);
-        }
-        if (k.num_triggers < 1 || k.num_triggers > MPK_MAX_TRIGGERS)
-            return bad("task %d: num_triggers = %d, need 1..%d (a leaf task triggers END_OF_TASK_GRAPH)", t,
-                       k.num_triggers, MPK_MAX_TRIGGERS);
-        for (int32_t j = 0; j < k.num_triggers; ++j) {
-            const int32_t e = k.trigger_events[j];
-            if (e < 1 || e >= c->num_events) return bad("task %d: trigger event %d outside [1, %d)", t, e, c->num_events);
-            if (min_waiter[e] <= t)
-                return bad("task %d triggers event %d, which task %d waits on: a waiter must come after every trigger", t,
-                           e, min_waiter[e]);
-            end_triggers += e == end;
-        }
-    }
-    if (events[end].num_triggers != end_triggers)
-        return bad("END_OF_TASK_GRAPH (event %d) has num_triggers %d but %d task triggers point at it", end,
-                   events[end].num_triggers, end_triggers);
-    return "";
-}
+// The generated dispatcher as the executor calls it: on every thread of the worker block.
+struct GeneratedDispatch {
+    MPK_DEVICE static bool run(const TaskView& v) { return MPK_EXECUTE_TASK(v); }
+};
 
 inline void copy_message(const std::string& msg, char* buf, int n) {
     if (!buf || n <= 0) return;
@@ -173,52 +58,56 @@ MPK_EXPORT int mpk_abi_sizes(int64_t* out, int n) {
     return 6;
 }
 
+#if !defined(__CUDACC__)
+// ---- the CPU backend (host_cpu.h)
+
 MPK_EXPORT void* mpk_init(const MpkConfig* cfg, const MpkTask* tasks, const MpkEvent* events,
                           void* const* tensor_ptrs, const MpkMeta* meta, char* err, int err_len) {
     if (err && err_len > 0) err[0] = 0;
+    mpk::host::Kernel* k = nullptr;
     try {
         const std::string why = mpk::validate(cfg, tasks, events, tensor_ptrs, meta);
         if (!why.empty()) {
             mpk::copy_message("mpk_init: " + why, err, err_len);
             return nullptr;
         }
-        mpk::Kernel* k = new mpk::Kernel();
+        k = new mpk::host::Kernel();
         k->cfg = *cfg;
         k->tasks.assign(tasks, tasks + cfg->num_tasks);
         k->events.assign(events, events + cfg->num_events);
         k->tensors.assign(tensor_ptrs, tensor_ptrs + cfg->num_tensors);
-        k->meta = *meta;
+        k->st.meta = *meta;
         if (cfg->peer_tensor_ptrs)
             k->peer_tensors.assign(cfg->peer_tensor_ptrs,
                                    cfg->peer_tensor_ptrs + int64_t(cfg->world_size) * cfg->num_tensors);
         if (cfg->num_signal_slots > 0)
             k->peer_signals.assign(cfg->peer_signal_ptrs, cfg->peer_signal_ptrs + cfg->world_size);
-        k->cfg.peer_tensor_ptrs = nullptr;  // copied above; the caller's arrays may go away
-        k->cfg.peer_signal_ptrs = nullptr;
-        k->requests.allocate(*cfg);
-        mpk::reset_launch(*k);  // so queries before the first launch see sane values
+        k->worker_body = [](mpk::exec::State& st, int32_t w) { mpk::exec::worker_loop<mpk::GeneratedDispatch>(st, w); };
+        mpk::host::allocate(*k);
+        mpk::host::reset_launch(*k);  // so queries before the first launch see sane values
         return k;
     } catch (const std::exception& e) {
         mpk::copy_message(std::string("mpk_init: ") + e.what(), err, err_len);
     } catch (...) {
         mpk::copy_message("mpk_init: unknown exception", err, err_len);
     }
+    delete k;
     return nullptr;
 }
 
 MPK_EXPORT int mpk_launch(void* handle) {
     if (!handle) return MPK_INVALID;
-    mpk::Kernel& k = *static_cast<mpk::Kernel*>(handle);
+    mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(handle);
     if (__atomic_exchange_n(&k.launching, 1, __ATOMIC_ACQ_REL)) return MPK_INVALID;  // already launching
     int status;
     try {
-        status = mpk::launch(k, [](const mpk::TaskView& v) { return MPK_EXECUTE_TASK(v); });
+        status = mpk::host::launch(k);
     } catch (const std::exception& e) {
-        k.fail(MPK_INTERNAL, std::string("mpk_launch: ") + e.what());
-        status = k.status;
+        k.status = status = MPK_INTERNAL;
+        k.message = std::string("mpk_launch: ") + e.what();
     } catch (...) {
-        k.fail(MPK_INTERNAL, "mpk_launch: unknown exception");
-        status = k.status;
+        k.status = status = MPK_INTERNAL;
+        k.message = "mpk_launch: unknown exception";
     }
     __atomic_store_n(&k.launching, 0, __ATOMIC_RELEASE);
     return status;
@@ -230,36 +119,164 @@ MPK_EXPORT int mpk_error_message(void* handle, char* buf, int n) {
         mpk::copy_message("null handle", buf, n);
         return -1;
     }
-    const mpk::Kernel& k = *static_cast<mpk::Kernel*>(handle);
+    const mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(handle);
     mpk::copy_message(k.message, buf, n);
     return int(k.message.size());
 }
 
 MPK_EXPORT int mpk_snapshot(void* handle, MpkWorkerState* out, int n) {
     if (!handle) return -1;
-    const mpk::Kernel& k = *static_cast<mpk::Kernel*>(handle);
-    if (out) mpk::fill_snapshot(k, out, n);
+    const mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(handle);
+    if (out) mpk::host::fill_snapshot(k, out, n);
     return k.cfg.num_workers;
 }
 
 MPK_EXPORT int mpk_event_counters(void* handle, int64_t* out, int n) {
     if (!handle) return -1;
-    const mpk::Kernel& k = *static_cast<mpk::Kernel*>(handle);
-    for (int i = 0; out && i < n && i < int(k.counters.size()); ++i) out[i] = k.counters[i];
+    const mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(handle);
+    for (int i = 0; out && i < n && i < int(k.counters.size()); ++i) out[i] = mpk::ld_relaxed(&k.counters[size_t(i)]);
     return k.cfg.num_events;
 }
 
 MPK_EXPORT int mpk_task_progress(void* handle, int64_t* out, int n) {
     if (!handle) return -1;
-    const mpk::Kernel& k = *static_cast<mpk::Kernel*>(handle);
-    for (int i = 0; out && i < n && i < int(k.progress.size()); ++i) out[i] = k.progress[i];
+    const mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(handle);
+    for (int i = 0; out && i < n && i < int(k.progress.size()); ++i) out[i] = mpk::ld_relaxed(&k.progress[size_t(i)]);
     return k.cfg.num_tasks;
 }
 
 MPK_EXPORT int64_t mpk_iterations(void* handle) {
-    return handle ? static_cast<mpk::Kernel*>(handle)->iterations : -1;
+    return handle ? mpk::ld_relaxed(&static_cast<mpk::host::Kernel*>(handle)->control.iterations) : -1;
 }
 
-MPK_EXPORT void mpk_finalize(void* handle) { delete static_cast<mpk::Kernel*>(handle); }
+// Ends the executor's threads and frees the handle. A worker still inside a kernel (MPK_STUCK)
+// keeps the handle alive: it is then left allocated, its threads detached.
+MPK_EXPORT void mpk_finalize(void* handle) {
+    if (!handle) return;
+    mpk::host::Kernel* k = static_cast<mpk::host::Kernel*>(handle);
+    try {
+        if (mpk::host::stop_threads(*k)) delete k;
+    } catch (...) {
+    }
+}
+
+
+#else
+// ---- the CUDA backend (host_cuda.h): tensor and meta pointers are device pointers; peer
+// pointers (symmetric memory) are this process's mappings of the peers' CUDA IPC handles.
+
+MPK_EXPORT void* mpk_init(const MpkConfig* cfg, const MpkTask* tasks, const MpkEvent* events,
+                          void* const* tensor_ptrs, const MpkMeta* meta, char* err, int err_len) {
+    if (err && err_len > 0) err[0] = 0;
+    mpk::cuda::Kernel* k = nullptr;
+    try {
+        std::string why = mpk::validate(cfg, tasks, events, tensor_ptrs, meta);
+        if (why.empty() && cfg->worker_threads > 256)
+            why = "worker_threads = " + std::to_string(cfg->worker_threads) + ": the CUDA worker block has at most 256";
+        if (!why.empty()) {
+            mpk::copy_message("mpk_init: " + why, err, err_len);
+            return nullptr;
+        }
+        k = new mpk::cuda::Kernel();
+        k->cfg = *cfg;
+        k->tasks.assign(tasks, tasks + cfg->num_tasks);
+        k->events.assign(events, events + cfg->num_events);
+        k->kernel = mpk::cuda::persistent_kernel<mpk::GeneratedDispatch>;
+        std::vector<void*> peer_tensors;
+        std::vector<int64_t*> peer_signals;
+        if (cfg->peer_tensor_ptrs)
+            peer_tensors.assign(cfg->peer_tensor_ptrs, cfg->peer_tensor_ptrs + int64_t(cfg->world_size) * cfg->num_tensors);
+        if (cfg->num_signal_slots > 0)
+            peer_signals.assign(cfg->peer_signal_ptrs, cfg->peer_signal_ptrs + cfg->world_size);
+        if (mpk::cuda::setup(*k, tensor_ptrs, *meta, peer_tensors, peer_signals)) return k;
+        mpk::copy_message("mpk_init: " + k->message, err, err_len);
+        mpk::cuda::release(*k);
+    } catch (const std::exception& e) {
+        mpk::copy_message(std::string("mpk_init: ") + e.what(), err, err_len);
+    } catch (...) {
+        mpk::copy_message("mpk_init: unknown exception", err, err_len);
+    }
+    delete k;
+    return nullptr;
+}
+
+// Enqueues a launch on `stream` (a cudaStream_t; NULL: the legacy default stream) and returns;
+// mpk_wait collects its status. In test mode it waits itself (test mode checks the pass at once).
+MPK_EXPORT int mpk_launch_async(void* handle, void* stream) {
+    if (!handle) return MPK_INVALID;
+    mpk::cuda::Kernel& k = *static_cast<mpk::cuda::Kernel*>(handle);
+    try {
+        return mpk::cuda::launch(k, static_cast<cudaStream_t>(stream), k.cfg.test_mode != 0);
+    } catch (...) {
+        k.status = MPK_INTERNAL;
+        k.message = "mpk_launch_async: unknown exception";
+        return k.status;
+    }
+}
+
+// Waits for the launch in flight (the watchdog runs meanwhile); returns its status.
+MPK_EXPORT int mpk_wait(void* handle) {
+    if (!handle) return MPK_INVALID;
+    mpk::cuda::Kernel& k = *static_cast<mpk::cuda::Kernel*>(handle);
+    try {
+        return k.in_flight ? mpk::cuda::finish(k) : k.status;
+    } catch (...) {
+        return MPK_INTERNAL;
+    }
+}
+
+MPK_EXPORT int mpk_launch(void* handle) {
+    const int status = mpk_launch_async(handle, nullptr);
+    return status == MPK_OK ? mpk_wait(handle) : status;
+}
+
+MPK_EXPORT int mpk_error_message(void* handle, char* buf, int n) {
+    if (!handle) {
+        mpk::copy_message("null handle", buf, n);
+        return -1;
+    }
+    const mpk::cuda::Kernel& k = *static_cast<mpk::cuda::Kernel*>(handle);
+    mpk::copy_message(k.message, buf, n);
+    return int(k.message.size());
+}
+
+MPK_EXPORT int mpk_snapshot(void* handle, MpkWorkerState* out, int n) {
+    if (!handle) return -1;
+    const mpk::cuda::Kernel& k = *static_cast<mpk::cuda::Kernel*>(handle);
+    for (int32_t w = 0; out && w < k.cfg.num_workers && w < n; ++w) {
+        const mpk::exec::WorkerSlot& s = k.workers[w];
+        out[w] = MpkWorkerState{w, mpk::ld_relaxed(&s.state), mpk::ld_relaxed(&s.task), mpk::ld_relaxed(&s.iteration),
+                                mpk::ld_relaxed(&s.event), mpk::ld_relaxed(&s.peer), mpk::ld_relaxed(&s.counter),
+                                mpk::ld_relaxed(&s.needed), s.peer >= 0 ? mpk::ld_relaxed(&s.peer_wait) : 0, 0};
+    }
+    return k.cfg.num_workers;
+}
+
+MPK_EXPORT int mpk_event_counters(void* handle, int64_t* out, int n) {
+    if (!handle) return -1;
+    const mpk::cuda::Kernel& k = *static_cast<mpk::cuda::Kernel*>(handle);
+    for (int i = 0; out && i < n && i < int(k.counters.size()); ++i) out[i] = k.counters[size_t(i)];
+    return k.cfg.num_events;
+}
+
+MPK_EXPORT int mpk_task_progress(void* handle, int64_t* out, int n) {
+    if (!handle) return -1;
+    const mpk::cuda::Kernel& k = *static_cast<mpk::cuda::Kernel*>(handle);
+    for (int i = 0; out && i < n && i < int(k.progress.size()); ++i) out[i] = k.progress[size_t(i)];
+    return k.cfg.num_tasks;
+}
+
+MPK_EXPORT int64_t mpk_iterations(void* handle) {
+    return handle ? static_cast<mpk::cuda::Kernel*>(handle)->control->iterations : -1;
+}
+
+// Frees the handle; an unusable one (a kernel that may still run) is left allocated.
+MPK_EXPORT void mpk_finalize(void* handle) {
+    if (!handle) return;
+    mpk::cuda::Kernel* k = static_cast<mpk::cuda::Kernel*>(handle);
+    if (k->unusable) return;
+    mpk::cuda::release(*k);
+    delete k;
+}
 
 #endif  // __CUDACC__

@@ -1,7 +1,6 @@
-// entry_cuda.h: what a generated module offers under nvcc until the persistent GPU executor
-// exists (docs/simt.md): every task kernel of the graph compiled as device code behind the
-// generated dispatcher, and one launcher that runs ONE task on one block, so a GPU check can
-// run each kernel where it will run. Included by entry.h; never by hand.
+// entry_cuda.h: under nvcc, beside the persistent kernel (host_cuda.h), one launcher that runs ONE
+// task on one block, so a GPU check can run each kernel alone where it will run. Included by
+// entry.h; never by hand.
 #pragma once
 #include "runtime.h"
 

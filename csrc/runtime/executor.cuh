@@ -37,6 +37,15 @@
 #include <time.h>
 #endif
 
+// The protocol's own functions are not inlined into the worker loop under nvcc: they run once per
+// task or less, and inlined they would compete with the task kernels (inlined through the
+// dispatcher) for registers.
+#if defined(__CUDACC__)
+#define MPK_NOINLINE __noinline__
+#else
+#define MPK_NOINLINE __attribute__((noinline))
+#endif
+
 namespace mpk {
 namespace exec {
 
@@ -109,12 +118,15 @@ struct State {
     int32_t num_first_tasks;
     int32_t num_owning;           // schedulers that own a worker: min(S, W)
     const int32_t* event_waiters; // [num_events]: tasks in the event's range that wait on it
+    int32_t ordered;              // several ranks: each worker runs its tasks in position order
+    int32_t pad;
     int64_t iteration_base;       // passes of earlier successful launches (TaskView::iteration)
     int64_t watchdog_ns;          // GPU: the in-kernel deadline (<= 0: off); CPU: the host's
     uint64_t launch_seed;         // jitter stream of this launch
     // per launch (reset before it)
     int64_t* counters;            // [num_events], only grow
     int64_t* progress;            // [num_tasks], last pass completed
+    int64_t* arrived;             // [num_tasks] ordered mode: the pass in which the task arrived
     TaskId* worker_ring;          // [W][worker_cap]
     int64_t worker_cap;           // a power of two
     Index* worker_head;           // [W] consumer: the worker
@@ -176,7 +188,7 @@ MPK_HOST_DEVICE MPK_INLINE int32_t assign_worker(const State& st, int64_t iterat
 
 // ---- failures: the first one wins; the message is composed where it happens (text.h)
 
-MPK_HOST_DEVICE inline Text fail(State& st, int32_t code) {
+MPK_HOST_DEVICE MPK_NOINLINE inline Text fail(State& st, int32_t code) {
     if (atomic_cas_sys(&st.control->status, int32_t(MPK_OK), code) != MPK_OK) return Text(nullptr, 0);
     return Text(st.control->message, kMessageBytes);
 }
@@ -340,7 +352,7 @@ MPK_DEVICE inline void owners_of_event(const State& st, int32_t ev, int64_t iter
 
 // Sends `what` of `iteration` to every owning scheduler but `self` (which handles it directly
 // when it is an owner: returned in *mine).
-MPK_DEVICE inline bool route(State& st, uint32_t what, int32_t ev, int64_t iteration, int32_t self, bool* mine) {
+MPK_DEVICE MPK_NOINLINE inline bool route(State& st, uint32_t what, int32_t ev, int64_t iteration, int32_t self, bool* mine) {
     Owners o;
     owners_of_event(st, ev, iteration, &o);
     *mine = false;
@@ -358,7 +370,7 @@ MPK_DEVICE inline bool route(State& st, uint32_t what, int32_t ev, int64_t itera
 // Scheduler s enqueues its workers' tasks among those waiting on `ev` (-1: the first tasks).
 // A task inside the event's range that waits on another event (or on none: the drop_dependency
 // fault) is not this event's to launch.
-MPK_DEVICE inline bool dispatch(State& st, int32_t s, int32_t ev, int64_t iteration) {
+MPK_DEVICE MPK_NOINLINE inline bool dispatch(State& st, int32_t s, int32_t ev, int64_t iteration) {
     const int32_t W = st.cfg.num_workers, S = st.cfg.num_local_schedulers;
     const int32_t lo = first_worker(W, S, s), hi = first_worker(W, S, s + 1);
     auto one = [&](int32_t p) {
@@ -384,7 +396,7 @@ MPK_DEVICE inline void terminate_workers(State& st, int32_t s) {
 
 // Scheduler 0 at END_OF_TASK_GRAPH of `iteration` (0: the launch's seed): finalize the batch,
 // lay out the next one, and start the next pass (true) or terminate everything (false).
-MPK_DEVICE inline bool end_of_pass(State& st, int64_t iteration) {
+MPK_DEVICE MPK_NOINLINE inline bool end_of_pass(State& st, int64_t iteration) {
     st_relaxed_sys(&st.control->iterations, iteration);
     RequestState& rq = *st.requests;
     bool more = prepare_next_batch(rq, st.meta, st.cfg);
@@ -406,7 +418,7 @@ MPK_DEVICE inline bool end_of_pass(State& st, int64_t iteration) {
 }
 
 // One scheduler: lane 0 of a warp (the other lanes return at once).
-MPK_DEVICE inline void scheduler_loop(State& st, int32_t s) {
+MPK_DEVICE MPK_NOINLINE inline void scheduler_loop(State& st, int32_t s) {
     SchedulerSlot& me = st.schedulers[s];
     st_relaxed_sys(&me.state, int32_t(MPK_WORKER_IDLE));
     st_relaxed_sys(&me.arrived, int32_t(1));
@@ -527,6 +539,9 @@ MPK_DEVICE inline bool wait_event(State& st, WorkerSlot& me, int32_t ev, int64_t
 struct Batch {
     int32_t n;                    // tasks in the batch
     int32_t stop;                 // 1: leave after the batch (TERMINATE or abort)
+    int32_t halt[2];              // thread 0 saw the abort flag at the end of task j: halt[j & 1]
+    int32_t next, term;           // several ranks: the next position to run, TERMINATE seen
+    int64_t cur;                  // several ranks: the pass of `next`
     uint64_t rng;                 // thread 0's jitter stream
     int32_t pos[kBatch];
     int64_t iteration[kBatch];
@@ -573,9 +588,27 @@ MPK_DEVICE MPK_INLINE void show_running(WorkerSlot& me, int32_t pos, int64_t ite
     st_relaxed_sys(&me.state, int32_t(MPK_WORKER_RUNNING));
 }
 
-// Thread 0: takes up to kBatch ready ids from worker w's ring into b (waiting, IDLE, for the
-// first; waiting on its event if need be; later ones only if their event is complete).
-MPK_DEVICE inline void take_batch(State& st, int32_t w, Batch& b) {
+// Several ranks: the next position after `from` that worker w runs in `iteration` (num_tasks:
+// none). Every rank computes the same sequence (assign_worker).
+MPK_DEVICE inline int32_t next_assigned(const State& st, int32_t w, int64_t iteration, int32_t from) {
+    const int32_t W = st.cfg.num_workers, n = st.cfg.num_tasks;
+    if (from < 1) from = 1;
+    if (!st.cfg.jitter) {  // (p - 1) % W == w
+        const int32_t p = from + (w - (from - 1) % W + W) % W;
+        return p < n ? p : n;
+    }
+    for (int32_t p = from; p < n; ++p)
+        if (assign_worker(st, iteration, p) == w) return p;
+    return n;
+}
+
+// Thread 0: takes up to kBatch ready tasks of worker w into b; waits (IDLE) while there is none.
+// One rank: in the order its ring delivers them (each is ready: its event fired). Several ranks:
+// in ascending position order within the pass (a reorder buffer over `arrived`): a kernel that
+// waits for a peer rank inside the task (allreduce, TaskView::wait) must not hold a worker that
+// the peer's progress needs, and with every worker running its tasks in the same order on every
+// rank, the lowest task unfinished on any rank can run everywhere (docs/runtime.md).
+MPK_DEVICE MPK_NOINLINE inline void take_batch(State& st, int32_t w, Batch& b) {
     WorkerSlot& me = st.workers[w];
     b.n = 0;
     b.stop = 1;
@@ -585,26 +618,9 @@ MPK_DEVICE inline void take_batch(State& st, int32_t w, Batch& b) {
     st_relaxed_sys(&me.event, int32_t(-1));
     st_relaxed_sys(&me.peer, int32_t(-1));
     st_relaxed_sys(&me.state, int32_t(MPK_WORKER_IDLE));
-    const TaskId* ring = st.worker_ring + int64_t(w) * st.worker_cap;
-    int64_t h = ld_relaxed(&st.worker_head[w].v);
-    int64_t tail = ld_acquire(&st.worker_tail[w].v);
-    Spin spin;
-    while (tail == h) {
-        if (!spin.wait(st)) {
-            b.stop = 1;
-            return;
-        }
-        tail = ld_acquire(&st.worker_tail[w].v);
-    }
-    while (b.n < kBatch && h < tail) {
-        const TaskId id = ld_relaxed(&ring[h & (st.worker_cap - 1)]);
-        const int32_t pos = task_position(id);
-        const int64_t iteration = task_iteration(id);
-        if (pos == 0) {  // TERMINATE: the last id this launch sends
-            st_release(&st.worker_head[w].v, ++h);
-            b.stop = 1;
-            break;
-        }
+    // Adds a task; the first waits for its event (formally: an enqueued task's event has fired),
+    // a later one is taken only if its event is complete. False: not taken (or the launch aborts).
+    auto take = [&](int32_t pos, int64_t iteration) {
         const int32_t ev = st.tasks[pos].dependent_event;
         if (ev >= 0) {
             if (b.n == 0) {
@@ -612,25 +628,73 @@ MPK_DEVICE inline void take_batch(State& st, int32_t w, Batch& b) {
                 st_relaxed_sys(&me.iteration, iteration);
                 if (!wait_event(st, me, ev, iteration)) {
                     b.stop = 1;
-                    return;
+                    return false;
                 }
             } else if (ld_acquire(&st.counters[ev]) < int64_t(st.events[ev].num_triggers) * iteration) {
-                break;  // not ready: run what we have first
+                return false;
             }
         }
-        st_release(&st.worker_head[w].v, ++h);
         fill_view(st, w, pos, iteration, b.view[b.n], b.ctx[b.n]);
         b.pos[b.n] = pos;
         b.iteration[b.n] = iteration;
         ++b.n;
-        if (h == tail) tail = ld_acquire(&st.worker_tail[w].v);
+        return true;
+    };
+    const TaskId* ring = st.worker_ring + int64_t(w) * st.worker_cap;
+    const int64_t mask = st.worker_cap - 1;
+    const int32_t n = st.cfg.num_tasks;
+    int64_t h = ld_relaxed(&st.worker_head[w].v);
+    Spin spin;
+    for (;;) {
+        int64_t tail = ld_acquire(&st.worker_tail[w].v);
+        if (!st.ordered) {
+            while (b.n < kBatch && h < tail) {
+                const TaskId id = ld_relaxed(&ring[h & mask]);
+                if (task_position(id) == 0) {  // TERMINATE: the last id this launch sends
+                    st_release(&st.worker_head[w].v, ++h);
+                    b.stop = 1;
+                    break;
+                }
+                if (!take(task_position(id), task_iteration(id))) break;
+                st_release(&st.worker_head[w].v, ++h);
+                if (h == tail) tail = ld_acquire(&st.worker_tail[w].v);
+            }
+            if (b.n > 0 || b.stop) break;
+        } else {
+            for (; h < tail; ++h) {  // everything queued: ids of the running pass, or TERMINATE
+                const TaskId id = ld_relaxed(&ring[h & mask]);
+                const int32_t pos = task_position(id);
+                const int64_t iteration = task_iteration(id);
+                if (pos == 0) {
+                    b.term = 1;
+                    continue;
+                }
+                if (b.next >= n && iteration > b.cur) {  // the first id of a later pass
+                    b.cur = iteration;
+                    b.next = next_assigned(st, w, iteration, 1);
+                }
+                st.arrived[pos] = iteration;
+            }
+            st_release(&st.worker_head[w].v, h);
+            while (b.n < kBatch && b.next < n && st.arrived[b.next] == b.cur && take(b.next, b.cur))
+                b.next = next_assigned(st, w, b.cur, b.next + 1);
+            if (b.n > 0 || b.stop) break;
+            if (b.term && b.next >= n) {
+                b.stop = 1;
+                break;
+            }
+        }
+        if (!spin.wait(st)) {
+            b.stop = 1;
+            return;
+        }
     }
     if (b.n > 0) show_running(me, b.pos[0], b.iteration[0]);
 }
 
 // Thread 0, after every thread has finished task j of the batch: triggers its events (an event
 // that completes is sent to its schedulers), records progress, shows the next task running.
-MPK_DEVICE inline void finish_task(State& st, int32_t w, Batch& b, int32_t j, bool dispatched) {
+MPK_DEVICE MPK_NOINLINE inline void finish_task(State& st, int32_t w, Batch& b, int32_t j, bool dispatched) {
     WorkerSlot& me = st.workers[w];
     const int32_t pos = b.pos[j];
     const int64_t iteration = b.iteration[j];
@@ -663,15 +727,25 @@ MPK_DEVICE inline void finish_task(State& st, int32_t w, Batch& b, int32_t j, bo
     if (j + 1 < b.n) show_running(me, b.pos[j + 1], b.iteration[j + 1]);
 }
 
-// Fills the block's dynamic shared memory with 0xFF (NaN as float, bf16, fp16; -1 as integers)
-// before each task in test mode, as a fresh block would find it (docs/simt.md).
+// Test mode: every task starts with the block's dynamic shared memory filled with 0xFF (NaN as
+// float, bf16, fp16; -1 as integers), as a fresh block finds it (docs/simt.md), so a kernel that
+// reads shared memory it did not write shows it. Between two tasks this costs a barrier (the
+// poison must not overlap the previous task's last reads nor the next one's first writes); on the
+// CPU only when the task took the shared memory at all (mpk::smem).
+MPK_DEVICE MPK_INLINE bool smem_dirty() {
+#if defined(__CUDACC__)
+    return true;
+#else
+    return simt::smem_touched();
+#endif
+}
 MPK_DEVICE inline void poison_smem() {
 #if defined(__CUDACC__)
     uint4* p = reinterpret_cast<uint4*>(smem_base());
     const size_t n = smem_bytes() / sizeof(uint4);
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) p[i] = make_uint4(~0u, ~0u, ~0u, ~0u);
 #else
-    if (threadIdx.x == 0) memset(smem_base(), 0xFF, smem_bytes());  // one OS thread runs the block
+    if (threadIdx.x == 0) simt::poison_smem();  // one OS thread runs the block: one memset
 #endif
 }
 
@@ -694,9 +768,14 @@ template <class D> MPK_DEVICE void worker_loop(State& st, int32_t w) {
     const bool test_mode = st.cfg.test_mode != 0;
     if (leader) {
         b.rng = splitmix64(st.launch_seed + 0x51ed27u * uint64_t(w + 1)) | 1;
+        b.cur = 0;
+        b.next = st.cfg.num_tasks;
+        b.term = 0;
         st_relaxed_sys(&st.workers[w].arrived, int32_t(1));
     }
-    if (test_mode) poison_smem();
+#if defined(__CUDACC__)
+    if (test_mode) poison_smem();  // (the barrier below separates it from the first task)
+#endif
     for (;;) {
         if (leader) {
             take_batch(st, w, b);
@@ -720,13 +799,19 @@ template <class D> MPK_DEVICE void worker_loop(State& st, int32_t w) {
                 }
 #endif
             }
-            if (test_mode) poison_smem();
-            if (leader && st.cfg.jitter && j + 1 < n) jitter_delay(&b.rng);
-            // every thread is done with task j; an abort seen by thread 0 stops the block here
-            const int halt = __syncthreads_or(leader && aborted(st));
-            if (halt) {
+            if (leader) {
+                if (st.cfg.jitter && j + 1 < n) jitter_delay(&b.rng);
+                b.halt[j & 1] = aborted(st);  // (double-buffered: a slow thread still reads j - 1's)
+            }
+            // every thread is done with task j; the OR tells whether any took shared memory
+            const bool dirty = __syncthreads_or(test_mode && smem_dirty()) != 0;
+            if (b.halt[j & 1]) {  // an abort seen by thread 0 stops the block here
                 stop = 1;
                 break;
+            }
+            if (dirty) {
+                poison_smem();
+                __syncthreads();
             }
             if (leader) finish_task(st, w, b, j, dispatched);
         }

@@ -45,7 +45,7 @@ struct Kernel {
     double stuck_s = 0;
 
     // the executor's memory (exec::State points into it)
-    std::vector<int64_t> counters, progress;
+    std::vector<int64_t> counters, progress, arrived;
     std::vector<exec::TaskId> worker_ring;
     std::vector<exec::Index> worker_head, worker_tail, sched_reserve, sched_head;
     std::vector<exec::SchedEntry> sched_ring;
@@ -88,6 +88,7 @@ inline void allocate(Kernel& k) {
     const int64_t wcap = exec::worker_ring_capacity(c.num_tasks), scap = exec::scheduler_ring_capacity(c.num_events);
     k.counters.assign(size_t(c.num_events), 0);
     k.progress.assign(size_t(c.num_tasks), 0);
+    k.arrived.assign(size_t(c.num_tasks), 0);
     k.worker_ring.assign(size_t(W * wcap), 0);
     k.worker_head.assign(size_t(W), exec::Index{0});
     k.worker_tail.assign(size_t(W), exec::Index{0});
@@ -116,6 +117,8 @@ inline void allocate(Kernel& k) {
     st.watchdog_ns = 0;  // the supervisor below is the CPU's watchdog
     st.counters = k.counters.data();
     st.progress = k.progress.data();
+    st.arrived = k.arrived.data();
+    st.ordered = c.world_size > 1;
     st.worker_ring = k.worker_ring.data();
     st.worker_cap = wcap;
     st.worker_head = k.worker_head.data();
@@ -135,6 +138,7 @@ inline void allocate(Kernel& k) {
 inline void reset_launch(Kernel& k) {
     std::fill(k.counters.begin(), k.counters.end(), 0);
     std::fill(k.progress.begin(), k.progress.end(), 0);
+    std::fill(k.arrived.begin(), k.arrived.end(), 0);
     for (auto* v : {&k.worker_head, &k.worker_tail, &k.sched_reserve, &k.sched_head})
         for (exec::Index& i : *v) i.v = 0;
     for (exec::SchedEntry& e : k.sched_ring) e = exec::SchedEntry{0, 0};

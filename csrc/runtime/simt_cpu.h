@@ -422,6 +422,7 @@ struct Sched {
     // shared memory
     char* smem = nullptr;
     size_t smem_bytes = 0;
+    bool smem_touched = false;   // mpk::smem / smem_base handed out since the last poison
     // the first violation; then every started fiber unwinds and run_block throws
     bool aborting = false;
     std::string error;
@@ -1111,6 +1112,7 @@ inline void run(const Block& b, void (*fn)(void*), void* arg) {
     }
     s.smem_bytes = b.smem_bytes;
     s.smem = p.arena_for(b.smem_bytes);
+    s.smem_touched = false;
     memset(s.smem, 0xFF, b.smem_bytes);  // poison: NaN as float, bf16 and fp16
 #if !MPK_SIMT_ASAN
     memset(s.smem + b.smem_bytes, 0xA5, 64);  // canary: a raw write just past the end shows
@@ -1160,12 +1162,21 @@ template <class F> void run_block(const Block& b, F&& body) {
 
 // ---- dynamic shared memory (the same accessor as under nvcc: runtime/simt.h)
 
-inline char* smem_base() { return simt::detail::current("mpk::smem_base").smem; }
+inline char* smem_base() {
+    simt::detail::Sched& s = simt::detail::current("mpk::smem_base");
+    simt::detail::TsanIgnore ignore;
+    s.smem_touched = true;
+    return s.smem;
+}
 inline size_t smem_bytes() { return simt::detail::current("mpk::smem_bytes").smem_bytes; }
 // count elements of T at byte_offset, checked against the block's size and T's alignment.
 template <typename T>
 inline T* smem(size_t byte_offset, size_t count, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     simt::detail::Sched& s = simt::detail::current("mpk::smem");
+    {
+        simt::detail::TsanIgnore ignore;
+        s.smem_touched = true;
+    }
     const size_t end = byte_offset + count * sizeof(T);
     if (byte_offset > s.smem_bytes || count > (s.smem_bytes - byte_offset) / sizeof(T) ||
         byte_offset % alignof(T)) {
@@ -1186,6 +1197,21 @@ inline T* smem(size_t byte_offset, size_t count, const char* file = __builtin_FI
 
 namespace mpk {
 namespace simt {
+// For the persistent executor, which runs many tasks on one block (runtime/executor.cuh): whether
+// any thread took the dynamic shared memory (mpk::smem, mpk::smem_base) since the block started
+// or since the last poison_smem(), and the poison itself (0xFF, as at a block's start; call it
+// while no other thread of the block runs a task).
+inline bool smem_touched() {
+    detail::Sched& s = detail::current("mpk::simt::smem_touched");
+    detail::TsanIgnore ignore;
+    return s.smem_touched;
+}
+inline void poison_smem() {
+    detail::Sched& s = detail::current("mpk::simt::poison_smem");
+    memset(s.smem, 0xFF, s.smem_bytes);
+    detail::TsanIgnore ignore;
+    s.smem_touched = false;
+}
 // A task on the worker block. Inside a running block (the persistent executor runs the task on
 // every thread of its worker block, runtime/executor.cuh) the calling thread runs it, as under
 // nvcc; outside one (a kernel test), one block of block_of(v) runs it.

@@ -21,16 +21,16 @@
 // One writer per counter, so a store suffices. A wait that gives up (the launch aborts:
 // watchdog) makes the whole block return at once; the executor then drops the task.
 // Threads: thread 0 alone waits and signals, through the executor's TaskView::wait / ::signal
-// (on the CPU: csrc/runtime/executor_cpu.h's wait_peer / signal_peer). Barriers order them
+// (csrc/runtime/executor.cuh's wait_peer / signal_peer, device code). Barriers order them
 // with the block's copies and reads: wait -> __syncthreads_and(thread 0's answer) -> everyone
 // copies / sums -> __syncthreads -> signal; the _and hands a wait's "gave up" to every thread,
 // so the block leaves together. A task takes 2 W + 2 barriers and no shared memory. The copies and the sum are element-parallel over the tile
 // (common.cuh's for_each_chunk: element (b, c) in row-major order, thread t takes t,
 // t + blockDim.x, ...; coalesced along a row).
-// GPU: wait and signal are host function pointers today; the GPU executor (a later issue) gives
-// device-side ones (acquire poll with __nanosleep; release store at system scope, which with the
-// __syncthreads before it publishes the whole block's puts). Only TaskView changes: this kernel
-// calls them the same way.
+// GPU: the executor builds the TaskView in device code, so wait and signal are device functions
+// (an acquire poll at system scope that checks the abort flag and backs off with __nanosleep; a
+// release store at system scope, which with the __syncthreads before it publishes the whole
+// block's puts). This kernel calls them the same way on both backends.
 // Test: tests/csrc/test_kernels_linear.cpp (one rank; 2 and 3 ranks on OS threads in one
 //       process, bit-identical; an aborted wait), tests/runtime_python/allreduce/
 // Run:  bash tests/csrc/run_kernel_tests.sh test_kernels_linear

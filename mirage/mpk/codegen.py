@@ -65,9 +65,9 @@ def source(variants: Variants, backend: str, fault_injection: bool = False) -> s
               for fn, case in variants.cases.items()]
     lines += ["    default: return false;", "    }", "}"]
     if fault_injection:
-        lines += ["inline void perturb_output(const mpk::TaskView& v, int64_t element, double amount) {",
+        lines += ["MPK_DISPATCH void perturb_output(const mpk::TaskView& v, int64_t element, double x) {",
                   "    switch (v.task->variant) {"]
-        lines += [f"    case {case}: mpk::perturb_output<{t}>(v, element, amount); return;"
+        lines += [f"    case {case}: mpk::perturb_output<{t}>(v, element, x); return;"
                   for case, t in variants.out_types.items()]
         lines += ["    default: return;", "    }", "}"]
     lines += ["}  // namespace mpk_generated", "",

@@ -383,7 +383,7 @@ class PersistentKernel:
         config = dict(num_workers=p["num_workers"], num_local_schedulers=p["num_local_schedulers"],
                       test_mode=int(self.test_mode), jitter=int(self.schedule_jitter is not None),
                       jitter_seed=int(self.schedule_jitter or 0), watchdog_s=self.watchdog_s,
-                      max_seq_length=p["max_seq_length"],
+                      stuck_s=_env_float("MPK_STUCK_S", 0.0), max_seq_length=p["max_seq_length"],
                       max_num_batched_requests=p["max_num_batched_requests"],
                       max_num_batched_tokens=p["max_num_batched_tokens"], max_num_pages=p["max_num_pages"],
                       page_size=p["page_size"], total_num_requests=meta["tokens"].shape[0],

@@ -96,6 +96,8 @@ class Runtime:
         status = self.lib.mpk_launch(self.handle)
         if status == abi.HANG:
             raise MPKHangError(self.hang_report())
+        if status == abi.STUCK:   # a task inside its kernel past stuck_s: the message names it
+            raise MPKHangError(self.name_tasks(self.error_message()))
         if status != abi.OK:
             raise MPKRuntimeError(f"launch failed (status {status}): {self.name_tasks(self.error_message())}")
         return self.lib.mpk_iterations(self.handle)
@@ -131,40 +133,41 @@ class Runtime:
         return list(out)
 
     def hang_report(self) -> str:
-        """Per stuck worker: the task's layer and grid coordinate, the event, and who is late."""
-        g = self.graph
-        progress = self.task_progress()
-        lines = [f"no progress for {self.watchdog_s:g} s (watchdog_s; MPK_WATCHDOG_S): the task graph "
-                 f"is stuck"]
+        """The events of the running pass that never fired (with the layer and tiles waiting on each,
+        and whether a producer is unfinished or a trigger was lost), then every worker: what it holds
+        and, for a wait on a peer rank, who is late. Tasks are enqueued only when their event fires
+        (docs/runtime.md), so a starved task is named by its event, not by a worker."""
+        g, progress, counters = self.graph, self.task_progress(), self.event_counters()
+        run = self.lib.mpk_iterations(self.handle) + 1        # passes completed + the stuck one
+        starved = []
+        for e in g.events[1:-1]:
+            waiting = [g.tasks[t] for t in e.waiters if progress[t] < run]
+            if not waiting or counters[e.id] >= e.num_triggers * run:  # fired, or nobody waits
+                continue
+            producers = [g.tasks[p] for p in g.triggers_of(e.id)]
+            late = [p for p in producers if progress[p.id] < run]
+            why = (f"unfinished producers: {_names(late)}" if late else f"all {len(producers)} producers "
+                   f"finished ({_names(producers)}) but a trigger never arrived")
+            coords = ", ".join(str(t.coord) for t in waiting[:8]) + (", ..." if len(waiting) > 8 else "")
+            starved.append((bool(late), f"  not started in layer '{waiting[0].layer.name}' {coords}: event "
+                            f"{e.id} never fired (counter {counters[e.id]}, needs {e.num_triggers * run}); "
+                            f"{why}"))
+        lines = [f"no progress for {self.watchdog_s:g} s (watchdog_s; MPK_WATCHDOG_S): the task graph is "
+                 f"stuck in pass {run}", *[line for _, line in sorted(starved)[:8]]]  # lost triggers first
         for w in self.snapshot():
             state = abi.WORKER_STATES.get(w.state, str(w.state))
-            if w.task <= 0 or w.task >= len(g.tasks):
-                what = "END_OF_TASK_GRAPH" if w.task == len(g.tasks) else "no task"
-                waits = (f", waits on event {w.event} (counter {w.counter}, needs {w.needed})"
-                         if w.event >= 0 else "")
-                lines.append(f"  worker {w.worker}: {state}, {what}{waits}")
+            if not 0 < w.task < len(g.tasks):
+                lines.append(f"  worker {w.worker}: {state}, no task")
                 continue
             task = g.tasks[w.task]
-            line = f"  worker {w.worker}: {state} in layer '{task.layer.name}' task {task.coord}"
-            if w.state == 1 and w.peer >= 0:
-                tile = f"'{task.layer.name}' tile {task.coord}"
-                if w.peer_wait == abi.PEER_CONSUMED:
-                    line += (f", waits for rank {w.peer} to finish reading {tile} of the previous pass "
-                             f"(counter {w.counter}, needs {w.needed})")
-                else:
-                    line += (f", waits for rank {w.peer}'s signal on {tile} (counter {w.counter}, "
-                             f"needs {w.needed}): rank {w.peer} has not sent its part")
-                lines.append(line)
-                continue
-            if w.state == 1 and w.event >= 0:
-                producers = [g.tasks[p] for p in g.triggers_of(w.event)]
-                late = [p for p in producers if progress[p.id] < w.iteration]
-                line += f", waits on event {w.event} (counter {w.counter}, needs {w.needed}); "
-                if late:
-                    line += f"unfinished producers: {_names(late)}"
-                else:
-                    line += (f"all {len(producers)} producers finished ({_names(producers)}) but a trigger "
-                             f"never arrived")
+            line, p = f"  worker {w.worker}: {state} in layer '{task.layer.name}' task {task.coord}", w.peer
+            tile, seen = f"'{task.layer.name}' tile {task.coord}", f"(counter {w.counter}, needs {w.needed})"
+            if w.state == 1 and p >= 0 and w.peer_wait == abi.PEER_CONSUMED:
+                line += f", waits for rank {p} to finish reading {tile} of the previous pass {seen}"
+            elif w.state == 1 and p >= 0:
+                line += f", waits for rank {p}'s signal on {tile} {seen}: rank {p} has not sent its part"
+            elif w.state == 1 and w.event >= 0:
+                line += f", waits on event {w.event} {seen}"
             lines.append(line)
         return "\n".join(lines)
 

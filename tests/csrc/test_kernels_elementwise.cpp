@@ -2,7 +2,7 @@
 // identity and tensor_init (csrc/tasks/<stem>.cuh) on the CPU, where each runs as one emulated
 // worker block (csrc/runtime/simt_cpu.h), then times them there.
 //  1. Every case builds its tiles by hand (an MpkTask, and a TaskView filled as
-//     csrc/runtime/executor_cpu.h fills one: pointer = buffer + tile offset), for T = float,
+//     csrc/runtime/executor.cuh fills one: pointer = buffer + tile offset), for T = float,
 //     bf16_t and fp16_t, and runs the kernel with 128 and 256 threads under three schedule
 //     seeds. Shapes: contiguous tiles, column tiles of a wider tensor (row stride != cols),
 //     odd sizes (3 x 7, 1 x 1, widths that are no multiple of the 16-byte pack), tiles at odd

@@ -115,7 +115,7 @@ static MpkTile tile2(int32_t tensor, int64_t offset_elems, size_t elem, int64_t 
     return t;
 }
 
-// A TaskView as csrc/runtime/executor_cpu.h fills it: ptrs = base(tensor) + offset.
+// A TaskView as csrc/runtime/executor.cuh fills it: ptrs = base(tensor) + offset.
 static TaskView make_view(const MpkTask& task, void* const* bases, int32_t threads, uint64_t seed) {
     TaskView v{};
     v.task = &task;
@@ -332,7 +332,7 @@ template <class T> static void check_linear_cases() {
 
 // ---- allreduce
 
-// wait / signal as the executor gives them (csrc/runtime/executor_cpu.h's wait_peer /
+// wait / signal as the executor gives them (csrc/runtime/executor.cuh's wait_peer /
 // signal_peer), without the worker bookkeeping: spin with acquire loads; give up when `abort`.
 // Rank `slow` sleeps 0..300 us after each wait that succeeds, which widens the window between
 // "every tile arrived" and the read: a rank that overwrote a slot too early shows there.

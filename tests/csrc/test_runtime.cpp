@@ -1,17 +1,20 @@
-// test_runtime.cpp: proves the persistent-kernel protocol of csrc/runtime on the CPU
-// executor with a fake dispatcher (no real layer kernels): topologies, workers and
-// schedulers, jitter, test mode vs the offline loop, meta tensors, watchdog, validation,
-// independent handles. It is shaped like a generated module: runtime.h, a dispatcher,
-// then entry.h.
+// test_runtime.cpp: proves the persistent-kernel protocol of csrc/runtime/executor.cuh on the
+// CPU backend (host_cpu.h: worker blocks through the SIMT emulation) with a fake dispatcher (no
+// real layer kernels): topologies, workers and schedulers, jitter, event-driven dispatch, test
+// mode vs the offline loop, meta tensors, watchdog, the stuck-in-kernel limit, queue overflow,
+// validation, independent handles. It is shaped like a generated module: runtime.h, a
+// dispatcher, then entry.h. The fake kernels are block code: thread 0 does the work.
 //
-// Run:  tests/csrc/run_runtime_tests.sh          (also builds it under TSan and ASan)
+// Run:  tests/csrc/run_runtime_tests.sh          (also with 2-slot worker rings, TSan, ASan+UBSan)
 // One:  g++ -std=c++17 -O2 -pthread -Icsrc tests/csrc/test_runtime.cpp -o /tmp/t && /tmp/t
 #include "runtime/runtime.h"
+#include "runtime/simt.h"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <stdio.h>
@@ -22,7 +25,7 @@
 // ---- fake kernels
 
 namespace fake {
-enum Variant { SUM = 0, MODEL = 1, THROW = 2, PEER = 3 };
+enum Variant { SUM = 0, MODEL = 1, THROW = 2, PEER = 3, PROBE = 4, SPIN = 5, PAIR = 6 };
 constexpr int kRow = 32;      // int64 entries per MODEL log row
 constexpr int kMaxRows = 16;
 
@@ -62,21 +65,83 @@ inline void peer(const mpk::TaskView& v) {
     if (!v.wait(v, counter, v.iteration, 1, MPK_PEER_DATA)) return;
     v.signal(v, counter, v.iteration + 100, 0);
 }
+
+// PROBE and SPIN see the handle under test (a test-harness global; the runtime has none).
+void probe(const mpk::TaskView& v);
+void spin(const mpk::TaskView& v);
+void pair(const mpk::TaskView& v);
 }  // namespace fake
 
 namespace mpk_generated {
+// Called by every thread of the worker block; thread 0 runs the fake kernel.
 inline bool execute_task(const mpk::TaskView& v) {
+    const bool leader = threadIdx.x == 0;
     switch (v.task->variant) {
-    case fake::SUM: fake::sum(v); return true;
-    case fake::MODEL: fake::model(v); return true;
-    case fake::THROW: throw std::runtime_error("injected failure");
-    case fake::PEER: fake::peer(v); return true;
+    case fake::SUM: if (leader) fake::sum(v); return true;
+    case fake::MODEL: if (leader) fake::model(v); return true;
+    case fake::THROW: if (leader) throw std::runtime_error("injected failure"); return true;
+    case fake::PEER: if (leader) fake::peer(v); return true;
+    case fake::PROBE: if (leader) fake::probe(v); return true;
+    case fake::SPIN: if (leader) fake::spin(v); return true;
+    case fake::PAIR: if (leader) fake::pair(v); return true;
     default: return false;
     }
 }
 }  // namespace mpk_generated
 #define MPK_EXECUTE_TASK mpk_generated::execute_task
 #include "runtime/entry.h"
+
+namespace fake {
+std::atomic<mpk::host::Kernel*> g_kernel{nullptr};
+std::atomic<int> g_violations{0}, g_queued_seen{0}, g_release{0};
+// PROBE: for iparams[0] ms, checks every worker ring: each queued task's event has completed
+// (event-driven dispatch: a task is enqueued only once its event fired). Counts what it saw.
+void probe(const mpk::TaskView& v) {
+    mpk::host::Kernel& k = *g_kernel.load();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(v.iparam(0));
+    while (std::chrono::steady_clock::now() < until) {
+        for (int32_t w = 0; w < k.cfg.num_workers; ++w) {
+            const int64_t head = mpk::ld_acquire(&k.worker_head[w].v), tail = mpk::ld_acquire(&k.worker_tail[w].v);
+            for (int64_t h = head; h < tail; ++h) {
+                const uint64_t id = mpk::ld_relaxed(&k.worker_ring[size_t(w * k.st.worker_cap + (h & (k.st.worker_cap - 1)))]);
+                const int32_t pos = mpk::exec::task_position(id);
+                if (pos <= 0) continue;
+                ++g_queued_seen;
+                const int32_t ev = k.tasks[size_t(pos)].dependent_event;
+                if (ev >= 0 && mpk::ld_acquire(&k.counters[size_t(ev)]) <
+                                   int64_t(k.events[size_t(ev)].num_triggers) * mpk::exec::task_iteration(id))
+                    ++g_violations;
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    *v.out<uint64_t>(0) = uint64_t(v.iparam(1));  // as SUM with no inputs
+}
+// PAIR: two "ranks" (two handles in this process, world_size 2) exchange a signal per task, as
+// allreduce does: signal g_pair[rank][position] = pass, then wait for the other rank's. Sleeps
+// iparams[0] us first when this rank is iparams[2] (to order the ranks' events differently);
+// iparams[3] = 1: only that sleep, no exchange.
+std::atomic<int64_t> g_pair[2][16];
+void pair(const mpk::TaskView& v) {
+    if (v.rank == v.iparam(2) && v.iparam(0) > 0) std::this_thread::sleep_for(std::chrono::microseconds(v.iparam(0)));
+    const int32_t pos = int32_t(v.iparam(1));
+    if (v.iparam(3) == 1) {
+        sum(v);
+        return;
+    }
+    v.signal(v, reinterpret_cast<int64_t*>(&g_pair[v.rank][pos]), v.iteration, 1 - v.rank);
+    if (!v.wait(v, reinterpret_cast<const int64_t*>(&g_pair[1 - v.rank][pos]), v.iteration, 1 - v.rank, MPK_PEER_DATA))
+        return;
+    sum(v);
+}
+// SPIN: stays inside the kernel until the test sets g_release (at most 20 s), then acts as SUM.
+void spin(const mpk::TaskView& v) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!g_release.load() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    sum(v);
+}
+}  // namespace fake
 
 // ---- harness
 
@@ -112,14 +177,15 @@ struct Built {
     std::vector<MpkEvent> events;
 };
 
-// Consumers with the same dependency set share one event (num_triggers = |set|); leaves
-// trigger END_OF_TASK_GRAPH, the last event. `slots` goes to MODEL tasks.
+// Consumers with the same dependency set share one event (num_triggers = |set|) when they are
+// consecutive, so an event's waiters are one range [first_task_id, last_task_id) as
+// mirage/mpk/graph.py numbers them; leaves trigger END_OF_TASK_GRAPH, the last event. `slots`
+// goes to MODEL tasks.
 static Built build(const Graph& g, int slots = 1) {
     const int n = g.num_tasks();
     Built b;
     b.tasks.assign(n, MpkTask{});
-    b.events.push_back(MpkEvent{MPK_EVENT_TERMINATION, 0, -1, -1});
-    std::map<std::vector<int>, int> event_of;
+    b.events.push_back(MpkEvent{MPK_EVENT_TERMINATION, 0, 0, 0});
     std::vector<bool> has_consumer(n, false);
     for (int t = 1; t < n; ++t) {
         const Node& node = g.nodes[t];
@@ -143,19 +209,19 @@ static Built build(const Graph& g, int slots = 1) {
             k.tiles[node.deps.size()].offset = 8 * t;
         }
         if (node.deps.empty()) continue;
-        auto it = event_of.find(node.deps);
-        if (it == event_of.end()) {
-            const int e = int(b.events.size());
-            it = event_of.emplace(node.deps, e).first;
-            b.events.push_back(MpkEvent{MPK_EVENT_LAUNCH_TASKS, int(node.deps.size()), t, t});
-            for (int d : node.deps) {
-                MpkTask& p = b.tasks[d];
-                p.trigger_events[p.num_triggers++] = e;
-                has_consumer[d] = true;
-            }
+        if (t > 1 && g.nodes[t - 1].deps == node.deps) {  // the previous task's event: extend its range
+            k.dependent_event = b.tasks[t - 1].dependent_event;
+            b.events[k.dependent_event].last_task_id = t + 1;
+            continue;
         }
-        k.dependent_event = it->second;
-        b.events[it->second].last_task_id = t;
+        const int e = int(b.events.size());
+        b.events.push_back(MpkEvent{MPK_EVENT_LAUNCH_TASKS, int(node.deps.size()), t, t + 1});
+        for (int d : node.deps) {
+            MpkTask& p = b.tasks[d];
+            p.trigger_events[p.num_triggers++] = e;
+            has_consumer[d] = true;
+        }
+        k.dependent_event = e;
     }
     const int end = int(b.events.size());
     int leaves = 0;
@@ -164,16 +230,20 @@ static Built build(const Graph& g, int slots = 1) {
             b.tasks[t].trigger_events[b.tasks[t].num_triggers++] = end;
             ++leaves;
         }
-    b.events.push_back(MpkEvent{MPK_EVENT_END_OF_TASK_GRAPH, leaves, -1, -1});
+    b.events.push_back(MpkEvent{MPK_EVENT_END_OF_TASK_GRAPH, leaves, 0, 0});
     b.tasks[0].task_type = MPK_TASK_TERMINATE;
     b.tasks[0].dependent_event = -1;
     return b;
 }
 
+static bool writes_value(int variant) {
+    return variant == fake::SUM || variant == fake::PROBE || variant == fake::SPIN || variant == fake::PAIR;
+}
+
 static std::vector<uint64_t> expected_values(const Graph& g) {
     std::vector<uint64_t> v(g.num_tasks(), kPoison);
     for (int t = 1; t < g.num_tasks(); ++t) {
-        if (g.nodes[t].variant != fake::SUM) continue;
+        if (!writes_value(g.nodes[t].variant)) continue;
         uint64_t acc = 0;
         for (int d : g.nodes[t].deps) acc += v[d];
         v[t] = acc * 31 + uint64_t(t);
@@ -207,11 +277,11 @@ static Graph diamond() {
     g.add({b, c});
     return g;
 }
-// Random layered DAG: up to 3 deps among the previous 12 nodes, trigger fan-out <= 7.
+// Random layered DAG: up to 3 deps among the previous 12 nodes, trigger fan-out <= 7 (a
+// producer triggers one event per run of consecutive consumers with one dependency set).
 static Graph random_dag(int n, unsigned seed) {
     Graph g;
     std::mt19937 rng(seed);
-    std::map<std::vector<int>, bool> sets;
     std::vector<int> fanout(n + 1, 0);
     for (int t = 1; t <= n; ++t) {
         std::vector<int> deps;
@@ -222,10 +292,8 @@ static Graph random_dag(int n, unsigned seed) {
             if (fanout[d] < 7 && std::find(deps.begin(), deps.end(), d) == deps.end()) deps.push_back(d);
         }
         std::sort(deps.begin(), deps.end());
-        if (!deps.empty() && !sets[deps]) {
-            sets[deps] = true;
+        if (!deps.empty() && g.nodes.back().deps != deps)
             for (int d : deps) ++fanout[d];
-        }
         g.add(deps);
     }
     return g;
@@ -360,7 +428,7 @@ struct Instance {
               (long long)mpk_iterations(handle), (long long)passes);
         const std::vector<uint64_t> want = expected_values(graph);
         for (int t = 1; t < graph.num_tasks(); ++t)
-            if (graph.nodes[t].variant == fake::SUM)
+            if (writes_value(graph.nodes[t].variant))
                 CHECK(values[t] == want[t], "%s: task %d value %llx, expected %llx", what, t,
                       (unsigned long long)values[t], (unsigned long long)want[t]);
         const std::vector<int64_t> p = progress();
@@ -401,20 +469,22 @@ static void test_topologies() {
         const int before = g_failures;
         const auto t0 = std::chrono::steady_clock::now();
         for (const auto& ws : configs)
-            for (uint64_t seed = 0; seed <= 3; ++seed) {
-                MpkConfig c = default_config();
-                c.num_workers = ws[0];
-                c.num_local_schedulers = ws[1];
-                c.jitter = seed > 0;
-                c.jitter_seed = seed;
-                Instance in(shape.g, c);
-                CHECK(in.init(), "%s: mpk_init: %s", shape.name, in.init_error.c_str());
-                in.launch();
-                in.check_clean_run(1, shape.name);
-                ++runs;
-            }
-        printf("topology %-10s tasks %3d: %2d runs (workers x schedulers 1x1 3x1 8x2 8x4 2x4, jitter off + seeds 1..3)"
-               ", values/progress/counters exact, %.2f s %s\n",
+            for (uint64_t seed = 0; seed <= 7; ++seed)
+                for (int ranks = 1; ranks <= 2; ++ranks) {  // 2: each worker runs its tasks in position order
+                    MpkConfig c = default_config();
+                    c.num_workers = ws[0];
+                    c.num_local_schedulers = ws[1];
+                    c.jitter = seed > 0;
+                    c.jitter_seed = seed;
+                    c.world_size = ranks;
+                    Instance in(shape.g, c);
+                    CHECK(in.init(), "%s: mpk_init: %s", shape.name, in.init_error.c_str());
+                    in.launch();
+                    in.check_clean_run(1, shape.name);
+                    ++runs;
+                }
+        printf("topology %-10s tasks %3d: %2d runs (workers x schedulers 1x1 3x1 8x2 8x4 2x4, jitter off + seeds 1..7, "
+               "world_size 1 and 2), values/progress/counters exact, %.2f s %s\n",
                shape.name, shape.g.num_tasks() - 1, runs, seconds_since(t0), g_failures == before ? "PASS" : "FAIL");
     }
 }
@@ -638,7 +708,8 @@ static void test_unknown_variant() {
 static void test_hang() {
     for (int variant = 0; variant < 2; ++variant) {
         const int before = g_failures;
-        // event 1 needs 2 triggers but only task 1 triggers it: task 2 can never start.
+        // event 1 needs 2 triggers but only task 1 triggers it: it never fires, so task 2 is never
+        // enqueued (event-driven dispatch) and every worker ends up idle.
         Graph g;
         g.add({});
         g.add({1});
@@ -655,28 +726,23 @@ static void test_hang() {
         in.launch();
         const std::string msg = in.message();
         CHECK(in.status == MPK_HANG, "status %d", in.status);
-        CHECK(in.seconds >= c.watchdog_s && in.seconds < c.watchdog_s + 0.5, "HANG after %.3f s (watchdog_s %.2f)",
-              in.seconds, c.watchdog_s);
-        // Task 2 waits on event 1; the END pseudo task (position 4) may wait on END (event 2)
-        // too, unless it sits behind task 2 in the same queue.
-        int at_task2 = 0;
-        for (const MpkWorkerState& s : in.snapshot()) {
-            if (s.state != MPK_WORKER_WAITING) continue;
-            const bool task2 = s.task == 2 && s.event == 1 && s.counter == 1 && s.needed == 2;
-            const bool end = s.task == 4 && s.event == 2 && s.counter == 1 && s.needed == 2;
-            at_task2 += task2;
-            CHECK((task2 || end) && s.iteration == 1, "worker %d waits at task %lld event %d counter %lld/%lld",
-                  s.worker, (long long)s.task, s.event, (long long)s.counter, (long long)s.needed);
-        }
-        CHECK(at_task2 == 1, "%d workers wait at task 2", at_task2);
+        // the first launch starts the threads and their fibers (slow under TSan on 2 cores)
+        const double start_s = static_cast<mpk::host::Kernel*>(in.handle)->start_s;
+        CHECK(in.seconds >= c.watchdog_s && in.seconds - start_s < c.watchdog_s + 0.5,
+              "HANG after %.3f s (watchdog_s %.2f, %.3f s to start)", in.seconds, c.watchdog_s, start_s);
+        for (const MpkWorkerState& s : in.snapshot())
+            CHECK(s.state == MPK_WORKER_IDLE && s.task == -1, "worker %d state %d task %lld: task 2 was enqueued",
+                  s.worker, s.state, (long long)s.task);
         const std::vector<int64_t> p = in.progress(), e = in.counters();
         CHECK(p[1] == 1 && p[2] == 0 && p[3] == 1, "progress %lld %lld %lld", (long long)p[1], (long long)p[2],
               (long long)p[3]);
-        CHECK(e[1] == 1, "event 1 counter %lld", (long long)e[1]);
-        CHECK(msg.find("task 2 (iteration 1) on event 1: counter 1, needs 2") != std::string::npos, "%s", msg.c_str());
-        printf("missing trigger (%d workers, %d schedulers, jitter %d) -> MPK_HANG after %.3f s (watchdog_s 0.3): "
-               "\"%s\" %s\n", c.num_workers, c.num_local_schedulers, c.jitter, in.seconds, msg.c_str(),
-               g_failures == before ? "PASS" : "FAIL");
+        CHECK(e[1] == 1 && e[2] == 1, "event counters %lld %lld", (long long)e[1], (long long)e[2]);
+        CHECK(mpk_iterations(in.handle) == 0, "passes %lld", (long long)mpk_iterations(in.handle));
+        CHECK(msg.find("event 1 of pass 1 never fired (counter 1, needs 2): tasks 2..2 not started") != std::string::npos,
+              "%s", msg.c_str());
+        printf("missing trigger (%d workers, %d schedulers, jitter %d) -> MPK_HANG after %.3f s (watchdog_s 0.3), no "
+               "worker holds the starved task: \"%s\" %s\n", c.num_workers, c.num_local_schedulers, c.jitter,
+               in.seconds, msg.c_str(), g_failures == before ? "PASS" : "FAIL");
     }
 }
 
@@ -775,10 +841,21 @@ static void test_init_rejects() {
         {"null tensor", "tensor_ptrs[1] is NULL", [](Instance& in) { in.tensors[1] = nullptr; }},
         {"null meta", "meta tensor step is NULL", [](Instance& in) { in.meta_view.step = nullptr; }},
         {"TERMINATE first", "tasks[0].task_type", [](Instance& in) { in.built.tasks[0].task_type = 100; }},
+        {"too many schedulers", "num_local_schedulers = 300", [](Instance& in) { in.cfg.num_local_schedulers = 300; }},
+        {"waiter outside its range", "task 3 waits on event 1, whose task range [2, 3) does not hold it",
+         [](Instance& in) { in.built.events[1].last_task_id = 3; }},
+        {"range outside the tasks", "event 2: task range [4, 9) is not inside",
+         [](Instance& in) { in.built.events[2].last_task_id = 9; }},
+        {"END launches", "event 3 (END_OF_TASK_GRAPH) has the task range [1, 2)",
+         [](Instance& in) { in.built.events[3].first_task_id = 1; in.built.events[3].last_task_id = 2; }},
+        {"fires early", "event 2 has num_triggers 1 but 2 task triggers point at it",
+         [](Instance& in) { in.built.events[2].num_triggers = 1; }},
+        {"never fires", "event 2 launches tasks [4, 5) but has num_triggers 0",
+         [](Instance& in) { in.built.events[2].num_triggers = 0; }},
     };
     int rejected = 0;
     for (const Case& k : cases) {
-        Instance in(diamond(), default_config());  // events: 0 TERM, 1 {1}, 2 {2,3}, 3 END
+        Instance in(diamond(), default_config());  // events: 0 TERM, 1 {1}: [2, 4), 2 {2,3}: [4, 5), 3 END
         k.mutate(in);
         const bool ok = in.init();
         CHECK(!ok && in.init_error.find(k.expect) != std::string::npos, "%s: handle %p, message '%s'", k.name,
@@ -837,6 +914,158 @@ static void test_concurrent_launch_refused() {
            (long long)sizes[5], g_failures == before ? "PASS" : "FAIL");
 }
 
+// ---- tests: MPK's event-driven dispatch, the scheduler ring's bound, the stuck-in-kernel limit
+
+// A task is enqueued only once its event has fired: while PROBE (task 1) runs for 60 ms, it
+// inspects every worker ring; 40 first tasks are queued at the start of the pass, and the 20
+// tasks that wait on PROBE must not be in any ring until it finishes. (The former executor
+// queued every task of a pass at its start: this test fails on it.)
+static void test_event_driven_dispatch() {
+    const int before = g_failures;
+    Graph g;
+    const int p = g.add({}, fake::PROBE, 60);
+    for (int i = 0; i < 40; ++i) g.add({});
+    for (int i = 0; i < 20; ++i) g.add({p});
+    MpkConfig c = default_config();
+    c.num_workers = 2;
+    c.num_local_schedulers = 2;
+    Instance in(g, c);
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    fake::g_violations = 0;
+    fake::g_queued_seen = 0;
+    fake::g_kernel = static_cast<mpk::host::Kernel*>(in.handle);
+    in.launch();
+    fake::g_kernel = nullptr;
+    in.check_clean_run(1, "event-driven dispatch");
+    CHECK(fake::g_violations == 0, "%d queued ids whose event had not fired", fake::g_violations.load());
+    CHECK(fake::g_queued_seen > 0, "the probe never saw a queued task: vacuous");
+    printf("event-driven dispatch: while task 1 ran, %d queued ids seen in the worker rings, %d of them before their "
+           "event fired %s\n", fake::g_queued_seen.load(), fake::g_violations.load(),
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+// The scheduler ring's capacity comes from the graph; a push that finds it full is a named error.
+// Shrunk to 2 slots here: task 1 completes 6 events at once while the scheduler sleeps.
+static void test_scheduler_queue_overflow() {
+    const int before = g_failures;
+    Graph g;
+    const int root = g.add({}, fake::SUM, 30000);  // the scheduler backs off into 1 ms sleeps meanwhile
+    for (int i = 0; i < 6; ++i) {
+        g.add({root});
+        g.add({});  // separates the consumers: one event each
+    }
+    MpkConfig c = default_config();
+    c.num_workers = 1;
+    c.num_local_schedulers = 1;
+    Instance in(g, c);
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    CHECK(in.built.tasks[root].num_triggers == 6, "root triggers %d events", in.built.tasks[root].num_triggers);
+    mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(in.handle);
+    CHECK(k.st.sched_cap == mpk::exec::scheduler_ring_capacity(in.cfg.num_events) && k.st.sched_cap >= 2 * in.cfg.num_events,
+          "capacity %lld for %d events", (long long)k.st.sched_cap, in.cfg.num_events);
+    k.st.sched_cap = 2;  // the buffer stays larger: only the bound shrinks
+    in.launch();
+    const std::string msg = in.message();
+    CHECK(in.status == MPK_INTERNAL && msg.find("scheduler queue 0 overflows: 3 messages for 2 slots (pass 1, event") !=
+                                           std::string::npos, "%d %s", in.status, msg.c_str());
+    printf("a scheduler ring shrunk to 2 slots, 6 events at once -> MPK_INTERNAL: \"%s\" %s\n", msg.c_str(),
+           g_failures == before ? "PASS" : "FAIL");
+}
+
+// A task that stays inside its kernel past stuck_s is reported (MPK_STUCK) instead of blocking
+// forever; the handle refuses launches until the worker is back, then runs again.
+static void test_stuck_in_kernel() {
+    const int before = g_failures;
+    Graph g;
+    g.add({});
+    const int t = g.add({1}, fake::SPIN);
+    g.add({t});
+    MpkConfig c = default_config();
+    c.watchdog_s = 0.1;
+    c.stuck_s = 0.4;
+    Instance in(g, c);
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    fake::g_release = 0;
+    in.launch();
+    std::string msg = in.message();
+    CHECK(in.status == MPK_STUCK, "status %d: %s", in.status, msg.c_str());
+    CHECK(in.seconds >= 0.4 && in.seconds < 1.5, "MPK_STUCK after %.3f s", in.seconds);
+    CHECK(msg.find("task 2 (iteration 1) has been inside its kernel on worker") != std::string::npos &&
+              msg.find("stuck_s = 0.4") != std::string::npos, "%s", msg.c_str());
+    const std::string first = msg;
+    const double took = in.seconds;
+    CHECK(in.launch() == MPK_INVALID && in.message().find("is still inside task 2 of an earlier launch") !=
+                                            std::string::npos, "%d %s", in.status, in.message().c_str());
+    fake::g_release = 1;
+    mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(in.handle);
+    bool back = false;
+    for (int i = 0; i < 200 && !back; ++i) {  // the worker leaves its kernel, then the launch
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        std::lock_guard<std::mutex> lock(k.mu);
+        back = k.live == 0;
+    }
+    CHECK(back, "the stuck worker did not come back");
+    in.meta.restore(in.cfg, {1}, {0});
+    in.reset_buffers();
+    in.launch();
+    in.check_clean_run(1, "after the stuck worker came back");
+    printf("a task inside its kernel past stuck_s 0.4 (watchdog_s 0.1) -> MPK_STUCK after %.3f s: \"%s\"; refused "
+           "while it stays; OK once it returned %s\n", took, first.c_str(), g_failures == before ? "PASS" : "FAIL");
+}
+
+// Several ranks: every worker runs its tasks of a pass in position order, so kernels that wait
+// for a peer inside the task (allreduce) cannot deadlock across ranks. Two handles in this
+// process are ranks 0 and 1 (world_size 2): A (task 3, after X) and B (task 5, after Y) both run
+// on worker 0 and exchange a signal with the other rank; X sleeps on rank 0 and Y on rank 1, so
+// rank 0 gets B's event first and rank 1 A's. Run in arrival order (shown by switching the
+// reorder off through the handle), rank 0 waits in B for rank 1's B, which waits behind A for
+// rank 0's A: a hang; in position order both ranks run A, then B.
+static void test_cross_rank_order() {
+    const int before = g_failures;
+    Graph g;
+    const int x = g.add({}), y = g.add({});
+    g.add({x}, fake::PAIR);
+    g.add({});
+    g.add({y}, fake::PAIR);
+    std::string hang;
+    for (int ordered = 0; ordered <= 1; ++ordered) {
+        for (auto& row : fake::g_pair)
+            for (auto& c : row) c = 0;
+        MpkConfig c = default_config();
+        c.num_workers = 2;
+        c.num_local_schedulers = 1;
+        c.world_size = 2;
+        c.watchdog_s = 0.5;
+        std::vector<std::unique_ptr<Instance>> ranks;
+        for (int r = 0; r < 2; ++r) {
+            c.mpi_rank = r;
+            ranks.emplace_back(new Instance(g, c));
+            Instance& in = *ranks.back();
+            in.built.tasks[x].iparams[0] = in.built.tasks[y].iparams[0] = 50000;  // X, Y: SUM sleeps...
+            in.built.tasks[x].variant = in.built.tasks[y].variant = fake::PAIR;  // ...on one rank only
+            in.built.tasks[x].iparams[2] = 0;
+            in.built.tasks[y].iparams[2] = 1;
+            in.built.tasks[x].iparams[3] = in.built.tasks[y].iparams[3] = 1;
+            CHECK(in.init(), "%s", in.init_error.c_str());
+            static_cast<mpk::host::Kernel*>(in.handle)->st.ordered = ordered;
+        }
+        std::thread t1([&] { ranks[1]->launch(); });
+        ranks[0]->launch();
+        t1.join();
+        if (!ordered) {
+            CHECK(ranks[0]->status == MPK_HANG && ranks[1]->status == MPK_HANG, "arrival order: statuses %d %d",
+                  ranks[0]->status, ranks[1]->status);
+            hang = ranks[0]->message();
+            CHECK(hang.find("worker 0 at task 5 (iteration 1) waits for rank 1 (its signal)") != std::string::npos,
+                  "%s", hang.c_str());
+        } else {
+            for (auto& in : ranks) in->check_clean_run(1, "position order");
+        }
+    }
+    printf("two ranks, tasks A and B on one worker, their events in opposite orders: arrival order hangs (\"...%s\"), "
+           "position order runs %s\n", hang.substr(hang.find("worker 0")).c_str(), g_failures == before ? "PASS" : "FAIL");
+}
+
 int main() {
     const auto t0 = std::chrono::steady_clock::now();
     test_topologies();
@@ -852,6 +1081,10 @@ int main() {
     test_hang();
     test_peer_wait();
     test_long_task_is_not_a_hang();
+    test_event_driven_dispatch();
+    test_scheduler_queue_overflow();
+    test_stuck_in_kernel();
+    test_cross_rank_order();
     test_init_rejects();
     test_two_handles_concurrently();
     test_concurrent_launch_refused();

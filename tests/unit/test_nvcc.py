@@ -1,5 +1,9 @@
 """nvcc builds the task kernels for the GPU: every instantiation the code generator can emit, and a
-generated module (the Qwen3 MLP chain), for sm_80, sm_90a and sm_100a (where this nvcc has it).
+generated module (the Qwen3 MLP chain: the dispatcher, the persistent executor of
+csrc/runtime/executor.cuh as one cooperative kernel, its CUDA host driver csrc/runtime/host_cuda.h,
+and the entry points), for sm_80, sm_90a and sm_100a (where this nvcc has it); and that module
+linked as a .so with the static CUDA runtime loads through ctypes without a GPU, where mpk_init
+fails with the CUDA error named.
 
 The same .cuh files run on the CPU through the SIMT emulation in every other test; this one proves
 they are CUDA that nvcc accepts, and holds each kernel to a resource budget read from
@@ -16,6 +20,7 @@ import torch
 
 from mirage.mpk import build, codegen, layers
 from mirage.mpk.dtypes import FLOATS
+from mirage.mpk.errors import MPKRuntimeError
 from mirage.mpk.persistent_kernel import PersistentKernel
 
 NVCC = shutil.which("nvcc")
@@ -106,8 +111,8 @@ def test_every_kernel_instantiation_builds_within_budget(tmp_path):
     assert not problems, "\n".join(problems)
 
 
-def test_generated_qwen3_mlp_module_builds(tmp_path):
-    """The generated test_rank0.cu of the gate/up -> silu_mul -> down+residual chain, as nvcc sees it."""
+def qwen3_mlp_kernel() -> PersistentKernel:
+    """The gate/up -> silu_mul -> down+residual chain (not compiled)."""
     pk = PersistentKernel(test_mode=True, num_workers=2)
     b, h, i, g = 8, 64, 96, 2
     x = pk.attach_input(torch.zeros(b, h, dtype=torch.bfloat16), name="x")
@@ -121,6 +126,13 @@ def test_generated_qwen3_mlp_module_builds(tmp_path):
     pk.linear_layer(x, w, mid, (2 * g, 1, 1), (128, 1, 1))
     pk.silu_mul_layer(mid, act, (g, 1, 1), (128, 1, 1))
     pk.linear_with_residual_layer(act, wd, x, out, (4, 1, 1), (128, 1, 1))
+    return pk
+
+
+def test_generated_qwen3_mlp_module_builds(tmp_path):
+    """The generated test_rank0.cu of the gate/up -> silu_mul -> down+residual chain, as nvcc sees it:
+    the one-task launcher and the persistent kernel, without register spills."""
+    pk = qwen3_mlp_kernel()
     src = codegen.source(codegen.Variants(pk.layers), "cpu")
     path = tmp_path / "test_rank0.cu"
     path.write_text(src)
@@ -128,7 +140,31 @@ def test_generated_qwen3_mlp_module_builds(tmp_path):
     report = ptxas_report(text)
     launcher = [key for key in report if "mpk_execute_one" in key[0]]
     assert sorted(a for _, a in launcher) == sorted(supported_archs()), launcher
+    persistent = [key for key in report if "persistent_kernel" in key[0]]
+    assert sorted(a for _, a in persistent) == sorted(supported_archs()), persistent
     for (fn, arch), r in sorted(report.items()):
         print(f"NVCC generated {arch} {fn}: {r.get('registers')} registers, {r['stack']} B stack, "
               f"{r['spill_stores']} B spill stores")
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0, (fn, arch, r)
+
+
+def test_generated_module_links_and_names_the_missing_gpu(tmp_path):
+    """The full generated module for sm_90a as a shared object with the static CUDA runtime (a module
+    built on a machine without a GPU for one that has it): it links, loads through ctypes with the ABI
+    check, and where no GPU (or no driver) exists mpk_init fails with the CUDA call, its file:line and
+    the error's name, raised as MPKRuntimeError, instead of crashing the process."""
+    pk = qwen3_mlp_kernel()
+    graph, variants, src, _ = pk._prepare()
+    path, so = tmp_path / "test_rank0.cu", tmp_path / "module.so"
+    path.write_text(src)
+    cmd = [NVCC, "-std=c++17", "-x", "cu", "-O3", "-shared", "-Xcompiler", "-fPIC", "-cudart", "static",
+           *gencode(["sm_90a"]), "-I", build.csrc_dir(), str(path), "-o", str(so)]
+    print("$", " ".join(cmd))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"nvcc failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}"
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: mpk_init would succeed here (this checks the no-GPU path)")
+    want = r"the runtime rejected the kernel: mpk_init: .*host_cuda\.h:\d+: cudaMalloc\(.*\): cuda\w+ \("
+    with pytest.raises(MPKRuntimeError, match=want) as e:
+        pk._start(str(so), graph, variants)
+    print(f"NVCC module.so ({so.stat().st_size} bytes) without a GPU: {e.value}")
