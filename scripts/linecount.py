@@ -7,7 +7,7 @@ import os
 import sys
 import tokenize
 
-BUDGET = 3000
+BUDGET = 3300
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mirage", "mpk")
 
 
