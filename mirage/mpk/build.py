@@ -47,15 +47,36 @@ def cache_dir() -> str:
     return os.environ.get("MPK_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "mirage-mpk")
 
 
-def flags(backend: str, test_mode: bool, sanitize: str, fault_injection: bool = False) -> list[str]:
-    if backend != "cpu":
-        raise NotImplementedError("the CUDA backend's build is not implemented yet; use CPU tensors")
-    f = ["-x", "c++", "-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-DMPK_BACKEND_CPU"]
+def cuda_arch(target_cc: int) -> str:
+    """nvcc's target for a compute capability: the arch-specific sm_90a / sm_100a where they exist
+    (Hopper, Blackwell datacenter), else sm_<cc>."""
+    return f"sm_{target_cc}a" if target_cc in (90, 100) else f"sm_{target_cc}"
+
+
+def compiler_for(backend: str) -> str:
+    return os.environ.get("MPK_NVCC", "nvcc") if backend == "cuda" else os.environ.get("MPK_CXX", "g++")
+
+
+def flags(backend: str, test_mode: bool, sanitize: str, fault_injection: bool = False,
+          target_cc: int = 90) -> list[str]:
+    """The compile flags: the host compiler with the SIMT emulation (cpu), or nvcc for one GPU arch with
+    the static CUDA runtime, so the module is a plain C-ABI .so that needs no CUDA install to load."""
+    if backend == "cuda":
+        if sanitize:
+            raise ValueError(f"MPK_SANITIZE={sanitize!r} instruments the CPU backend; on the GPU run the "
+                             f"process under compute-sanitizer instead")
+        arch = cuda_arch(target_cc)
+        f = ["-x", "cu", "-std=c++17", "-O3", "-shared", "-Xcompiler", "-fPIC", "-cudart", "static",
+             "-DMPK_BACKEND_CUDA", "-gencode", f"arch=compute_{arch[3:]},code=[{arch},compute_{arch[3:]}]"]
+    elif backend == "cpu":
+        f = ["-x", "c++", "-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-DMPK_BACKEND_CPU"]
+    else:
+        raise ValueError(f"backend {backend!r}: expected 'cpu' or 'cuda'")
     if test_mode:
         f.append("-DMPK_TEST_MODE")
     if fault_injection:
         f.append("-DMPK_FAULT_INJECTION")
-    if sanitize:
+    if sanitize and backend == "cpu":
         if sanitize not in SANITIZERS:
             raise ValueError(f"MPK_SANITIZE={sanitize!r}: expected one of {sorted(SANITIZERS)} or empty")
         f += SANITIZERS[sanitize]
@@ -86,8 +107,11 @@ def _compiler_env() -> dict[str, str]:
 @functools.lru_cache(maxsize=None)
 def compiler_identity(compiler: str) -> str:
     path = shutil.which(compiler)
+    if path is None and compiler == compiler_for("cuda") and os.environ.get("MPK_NVCC_IDENTITY"):
+        return os.environ["MPK_NVCC_IDENTITY"]  # a GPU machine without nvcc: modules built ahead (cache hits)
     if path is None:
-        raise FileNotFoundError(f"compiler '{compiler}' not found on PATH (set MPK_CXX to choose one)")
+        raise FileNotFoundError(f"compiler '{compiler}' not found on PATH (set MPK_CXX to choose one; "
+                                f"MPK_NVCC for nvcc)")
     out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False,
                          env=_compiler_env()).stdout
     return f"{os.path.realpath(path)}\n{out.strip()}"
@@ -168,9 +192,9 @@ def _verified(entry: str) -> str | None:
 
 
 def compile_module(src: str, backend: str = "cpu", test_mode: bool = True, sanitize: str = "",
-                   fault_injection: bool = False) -> BuildResult:
-    compiler = os.environ.get("MPK_CXX", "g++")
-    fl = flags(backend, test_mode, sanitize, fault_injection)
+                   fault_injection: bool = False, target_cc: int = 90) -> BuildResult:
+    compiler = compiler_for(backend)
+    fl = flags(backend, test_mode, sanitize, fault_injection, target_cc)
     csrc = csrc_dir()
     key = cache_key(src, compiler, fl, csrc)
     root = _usable_cache_dir()
@@ -182,6 +206,10 @@ def compile_module(src: str, backend: str = "cpu", test_mode: bool = True, sanit
             dt = time.perf_counter() - t0
             log.info("cache hit %s (%s)", key[:16], so)
             return BuildResult(so, key, True, dt, [])
+        if shutil.which(compiler) is None:   # only a cache hit works without one (MPK_NVCC_IDENTITY)
+            raise MPKCompileError(f"{compiler} is not on PATH and the cache {root} has no module for this "
+                                  f"source ({key[:16]}); install it, or build ahead (scripts/gpu_check.sh "
+                                  f"--prepare)", [compiler], "", "")
         log.info("compiling %s with %s (cache miss)", key[:16], compiler)
         tmp = os.path.join(root, f"{key}.tmp.{os.getpid()}.{uuid.uuid4().hex}")
         try:

@@ -10,7 +10,7 @@ import json
 import os
 
 from .abi import EVENT_TYPES, TASK_TERMINATE
-from .build import flags
+from .build import compiler_for, flags
 from .graph import Graph, Task
 from .layers import Layer, task_type_of
 
@@ -38,7 +38,7 @@ class Variants:
 
 def build_flags_hint(backend: str, fault_injection: bool) -> list[str]:
     """The compile command of build.py, for the generated file's header (test mode adds -DMPK_TEST_MODE)."""
-    return ["g++" if backend == "cpu" else "nvcc", *flags(backend, False, "", fault_injection)]
+    return [compiler_for(backend), *flags(backend, False, "", fault_injection)]
 
 
 def source(variants: Variants, backend: str, fault_injection: bool = False) -> str:

@@ -209,7 +209,7 @@ def test_broken_compiler_command_raises_mpk_compile_error(tmp_path, monkeypatch)
 def test_missing_compiler_is_named(monkeypatch):
     monkeypatch.setenv("MPK_CXX", "no-such-compiler-mpk")
     with pytest.raises(FileNotFoundError, match=r"compiler 'no-such-compiler-mpk' not found on PATH "
-                                                r"\(set MPK_CXX to choose one\)"):
+                                                r"\(set MPK_CXX to choose one; MPK_NVCC for nvcc\)"):
         build.compile_module(TINY, "cpu", True)
 
 

@@ -1,0 +1,118 @@
+"""The stages of scripts/gpu_check.sh, one stage per process: python scripts/gpu_stages.py <stage>.
+
+  props     the device: name, compute capability, SMs, shared memory, MPK's worker configuration,
+            nvcc and compute-sanitizer
+  executor  the persistent executor with identity tasks on chain, fork and join graphs, at 1 worker
+            and at the full worker count: one launch outside test mode that runs REPEAT passes of the
+            graph (max_seq_length = REPEAT + 1: prepare_next_batch starts each next pass; on the GPU the
+            launch is enqueued on the stream and pk.wait() collects it), then one test-mode pass (poison
+            + written check); the outputs must equal the inputs bit for bit
+  small     one chain launch with 2 workers (what compute-sanitizer runs)
+
+On a machine without a GPU the same code runs on the CPU backend (gpu_check.sh --dry-run), so the
+script is exercised where CI runs. Prints one JSON line per result, prefixed "RESULT ".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+import torch
+
+os.environ.setdefault("MPK_LOG_LEVEL", "WARNING")      # before mirage.mpk configures its logger
+import mirage  # noqa: E402
+from mirage.mpk.persistent_kernel import PersistentKernel  # noqa: E402
+
+SHAPE = (8, 512)        # rows x columns; identity tiles split the columns (grid.x)
+TILES = 16
+
+
+def device() -> torch.device:
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def report(**fields) -> None:
+    print("RESULT " + json.dumps(fields), flush=True)
+
+
+def stage_props() -> None:
+    dev = device()
+    workers, schedulers = mirage.get_configurations_from_gpu(0)
+    info = {"stage": "props", "device": str(dev), "workers": workers, "schedulers": schedulers,
+            "nvcc": shutil.which("nvcc"), "compute_sanitizer": shutil.which("compute-sanitizer"),
+            "torch": torch.__version__}
+    if dev.type == "cuda":
+        p = torch.cuda.get_device_properties(dev)
+        info.update(name=p.name, cc=f"{p.major}.{p.minor}", sms=p.multi_processor_count,
+                    memory_gib=round(p.total_memory / 2**30, 1), cuda=torch.version.cuda)
+    report(**info)
+
+
+def build(topology: str, workers: int, test_mode: bool, passes: int = 1) -> tuple[PersistentKernel, dict]:
+    """An identity graph: chain (x -> a -> b -> c), fork (x -> a, b, c) or join (x, x2 -> a + b).
+    Returns the kernel and {output tensor: expected tensor}."""
+    dev, gen = device(), torch.Generator().manual_seed(7)
+    schedulers = max(1, mirage.get_configurations_from_gpu(0)[1])
+    pk = PersistentKernel(test_mode=test_mode, num_workers=workers, num_local_schedulers=schedulers,
+                          max_seq_length=passes + 1, max_num_pages=passes + 1)
+    block = (pk.worker_threads, 1, 1)
+    x = torch.randn(*SHAPE, generator=gen).to(dev)
+    outs = {k: torch.zeros(*SHAPE, device=dev) for k in ("a", "b", "c")}
+    t = {k: pk.attach_input(v, name=k) for k, v in dict(x=x, **outs).items()}
+    if topology == "chain":
+        for src, dst in (("x", "a"), ("a", "b"), ("b", "c")):
+            pk.identity_layer(t[src], t[dst], (TILES, 1, 1), block)
+        expected = {k: x for k in outs}
+    elif topology == "fork":
+        for dst in ("a", "b", "c"):
+            pk.identity_layer(t["x"], t[dst], (TILES, 1, 1), block)
+        expected = {k: x for k in outs}
+    else:
+        pk.identity_layer(t["x"], t["a"], (TILES, 1, 1), block)
+        pk.identity_layer(t["x"], t["b"], (TILES // 2, 1, 1), block)
+        pk.elementwise_add_layer(t["a"], t["b"], t["c"], (SHAPE[0], 1, 1), block)
+        expected = {"a": x, "b": x, "c": x + x}
+    pk.compile()
+    return pk, {outs[k]: v for k, v in expected.items()}
+
+
+def run_graph(topology: str, workers: int, repeat: int) -> bool:
+    pk, expected = build(topology, workers, test_mode=False, passes=repeat)
+    t0 = time.perf_counter()
+    pk()
+    pk.wait()
+    seconds = time.perf_counter() - t0
+    passes = pk.passes
+    exact = all(torch.equal(out, want) for out, want in expected.items())
+    pk.finalize()
+    checked, expected = build(topology, workers, test_mode=True)
+    checked()           # raises on an unwritten tile, a hang or a failed task
+    exact = exact and all(torch.equal(out, want) for out, want in expected.items())
+    checked.finalize()
+    report(stage="executor", graph=topology, workers=workers, passes=passes, exact=exact,
+           us_per_pass=round(seconds / max(passes, 1) * 1e6, 1))
+    return exact and passes == repeat
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("stage", choices=["props", "executor", "small"])
+    ap.add_argument("--repeat", type=int, default=100)
+    args = ap.parse_args()
+    if args.stage == "props":
+        stage_props()
+        return 0
+    if args.stage == "small":
+        return 0 if run_graph("chain", 2, 1) else 1
+    full = mirage.get_configurations_from_gpu(0)[0]
+    ok = [run_graph(topology, workers, args.repeat) for topology in ("chain", "fork", "join")
+          for workers in sorted({1, full})]
+    return 0 if all(ok) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
