@@ -192,7 +192,8 @@ def _verified(entry: str) -> str | None:
 
 
 def compile_module(src: str, backend: str = "cpu", test_mode: bool = True, sanitize: str = "",
-                   fault_injection: bool = False, target_cc: int = 90) -> BuildResult:
+                   fault_injection: bool = False, target_cc: int = 90, what: str = "") -> BuildResult:
+    """The module of `src`, from the cache or compiled now; `what` (the kernels in it) goes in the log."""
     compiler = compiler_for(backend)
     fl = flags(backend, test_mode, sanitize, fault_injection, target_cc)
     csrc = csrc_dir()
@@ -210,7 +211,7 @@ def compile_module(src: str, backend: str = "cpu", test_mode: bool = True, sanit
             raise MPKCompileError(f"{compiler} is not on PATH and the cache {root} has no module for this "
                                   f"source ({key[:16]}); install it, or build ahead (scripts/gpu_check.sh "
                                   f"--prepare)", [compiler], "", "")
-        log.info("compiling %s with %s (cache miss)", key[:16], compiler)
+        log.info("compiling %s%s with %s (cache miss)", key[:16], f" ({what})" if what else "", compiler)
         tmp = os.path.join(root, f"{key}.tmp.{os.getpid()}.{uuid.uuid4().hex}")
         try:
             os.makedirs(tmp)

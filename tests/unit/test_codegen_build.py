@@ -351,3 +351,13 @@ def test_generated_source_header_says_how_to_build_it(tmp_path):
     subprocess.run(cmd, check=True)
     lib = ctypes.CDLL(str(tmp_path / "by_hand.so"))
     assert lib.mpk_abi_version() == abi.ABI_VERSION
+
+
+def test_a_compile_names_its_kernels_and_time(tmp_path, monkeypatch):
+    """Progress (issue 10 item 5): a cache miss says which kernels it compiles, then how long it took."""
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
+    with mpk_log() as log:
+        r = build.compile_module(TINY, "cpu", True, what="mpk::rmsnorm_task<mpk::bf16_t>")
+    want = f"compiling {r.key[:16]} (mpk::rmsnorm_task<mpk::bf16_t>) with {COMPILER} (cache miss)"
+    assert log[0] == want, log
+    assert re.fullmatch(rf"compiled {r.key[:16]} in \d+\.\d\d s", log[-1]), log
