@@ -1,12 +1,16 @@
-"""Cold vs warm compile of one layer's module, and the time to a first pass, as ratios in one run.
+"""Cold vs warm compile as ratios in one run: one layer (rmsnorm) and the Qwen3 MLP chain, with g++
+(the CPU backend's module) and nvcc (the CUDA backend's module for sm_90a, built without a GPU).
 
-Cold: an empty MPK_CACHE_DIR (g++ builds the generated module). Warm: the same kernel again
-(a content-hash hit: no compiler runs). Each repeated `--repeat` times; medians printed.
+Cold: an empty MPK_CACHE_DIR, so the compiler runs. Warm: the same source again, a content-hash hit
+(no compiler runs). Both through build.compile_module, the call compile() makes; medians of
+`--repeat`. Also one test-mode pass of each graph on the CPU backend. Not a timed test.
 Run: python benchmarks/compile_time.py [--repeat 3]
 """
 import argparse
 import os
+import shutil
 import statistics
+import sys
 import tempfile
 import time
 
@@ -14,43 +18,62 @@ import torch
 
 os.environ.setdefault("MPK_LOG_LEVEL", "WARNING")
 
-from mirage.mpk import testing  # noqa: E402
+from mirage.mpk import build, codegen, testing  # noqa: E402
 from mirage.mpk.persistent_kernel import PersistentKernel  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qwen3_mlp_pass import chain  # noqa: E402
 
-def one(dtype=torch.bfloat16) -> tuple[float, float, bool]:
-    """(compile seconds, first-pass seconds, cache hit) for a 16x4096 rmsnorm."""
+
+def rmsnorm(dtype=torch.bfloat16) -> PersistentKernel:
     pk = PersistentKernel(**testing.cpu_config(jitter_seed=None))
     x = pk.attach_input(torch.randn(16, 4096, dtype=dtype), name="x")
     w = pk.attach_input(torch.randn(4096, dtype=dtype), name="w")
     out = pk.attach_input(torch.zeros(16, 4096, dtype=dtype), name="out")
     pk.rmsnorm_layer(input=x, weight=w, output=out, grid_dim=(16, 1, 1), block_dim=(128, 1, 1))
-    t0 = time.perf_counter()
+    return pk
+
+
+GRAPHS = {"rmsnorm bf16 16x4096 (1 layer)": rmsnorm,
+          "Qwen3-8B MLP chain bf16 (3 layers)": lambda: chain(torch.bfloat16)[0]}
+
+
+def build_times(pk: PersistentKernel, backend: str) -> tuple[float, float]:
+    """(cold, warm) seconds of build.compile_module for this graph's module."""
+    src = codegen.source(codegen.Variants(pk.layers), backend)
+    os.environ["MPK_CACHE_DIR"] = tempfile.mkdtemp(prefix="mpk-bench-")
+    cold = build.compile_module(src, backend, True)
+    warm = build.compile_module(src, backend, True)
+    assert not cold.hit and warm.hit
+    return cold.seconds, warm.seconds
+
+
+def pass_seconds(make) -> float:
+    pk = make()
     pk.compile()
-    t1 = time.perf_counter()
+    t0 = time.perf_counter()
     pk()
-    t2 = time.perf_counter()
+    dt = time.perf_counter() - t0
     pk.finalize()
-    return t1 - t0, t2 - t1, pk.build.hit
+    return dt
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    cold, warm, run = [], [], []
-    for _ in range(args.repeat):
+    backends = ["cpu"] + (["cuda"] if shutil.which(build.compiler_for("cuda")) else [])
+    print(f"medians of {args.repeat}; {os.cpu_count()} cores")
+    for name, make in GRAPHS.items():
+        for backend in backends:
+            runs = [build_times(make(), backend) for _ in range(args.repeat)]
+            cold, warm = (statistics.median(r[i] for r in runs) for i in (0, 1))
+            print(f"  {name:36s} {build.compiler_for(backend):5s} cold {cold:6.2f} s  "
+                  f"warm {warm * 1e3:6.2f} ms  cold/warm {cold / warm:6.0f}x")
         os.environ["MPK_CACHE_DIR"] = tempfile.mkdtemp(prefix="mpk-bench-")
-        c, r, hit = one()
-        assert not hit
-        w, r2, hit = one()
-        assert hit
-        cold.append(c)
-        warm.append(w)
-        run += [r, r2]
-    mc, mw, mr = (statistics.median(v) for v in (cold, warm, run))
-    print(f"rmsnorm bf16 16x4096, grid 16: compile cold {mc:.3f} s, warm (cache hit) {mw:.4f} s, "
-          f"cold/warm {mc / mw:.0f}x; one test-mode pass {mr * 1000:.1f} ms (medians of {args.repeat})")
+        pass_seconds(make)          # builds
+        run = statistics.median(pass_seconds(make) for _ in range(args.repeat))
+        print(f"  {name:36s} one test-mode pass on the CPU backend {run * 1e3:.1f} ms (after a warm compile)")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ task a 128-thread block of fibers). "native": the same generated dispatcher comp
 plain C++ loops that served the CPU backend before the single-source kernels
 (benchmarks/native_cpu_kernels/, kept here only for this comparison; the mainline has one kernel
 per layer), run by thread 0 of each worker block of the persistent executor. Same graph, workers,
-runtime and inputs; the outputs of both are compared too.
+runtime and inputs; the outputs of both are compared too. The same math in eager PyTorch (its CPU
+matmuls, same dtype) is timed in the same run for scale.
 Prints min-of-N pass times; not a timed test. Run: python benchmarks/qwen3_mlp_pass.py [--repeat 3]
 """
 import argparse
@@ -79,17 +80,30 @@ def chain(dtype) -> tuple[PersistentKernel, torch.Tensor]:
     return pk, out
 
 
-def timed(dtype, repeat: int, native: bool) -> tuple[float, torch.Tensor]:
-    pk, out = chain(dtype)
-    with tempfile.TemporaryDirectory() as tmp, (native_build(tmp) if native else contextlib.nullcontext()):
-        pk.compile()
+def best(fn, repeat: int) -> float:
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        pk()
+        fn()
         times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def eager(pk: PersistentKernel) -> torch.Tensor:
+    """The same math in eager PyTorch, in the kernel's dtype: gate/up, silu * up, down + residual."""
+    x, wg, wu, wd = (pk.get_tensor(n) for n in ("x", "w_gate", "w_up", "w_down"))
+    return torch.nn.functional.silu(x @ wg.T) * (x @ wu.T) @ wd.T + x
+
+
+def timed(dtype, repeat: int, native: bool) -> tuple[float, torch.Tensor, float]:
+    """(min pass seconds, output, min eager PyTorch seconds of the same math)."""
+    pk, out = chain(dtype)
+    with tempfile.TemporaryDirectory() as tmp, (native_build(tmp) if native else contextlib.nullcontext()):
+        pk.compile()
+    seconds = best(pk, repeat)
+    torch_seconds = best(lambda: eager(pk), repeat)
     pk.finalize()
-    return min(times), out.clone()
+    return seconds, out.clone(), torch_seconds
 
 
 def main() -> None:
@@ -100,11 +114,12 @@ def main() -> None:
     print(f"Qwen3-8B MLP chain, batch {BATCH}, one test-mode pass, {workers} workers on "
           f"{os.cpu_count()} cores, min of {args.repeat}")
     for dtype in (torch.bfloat16, torch.float32):
-        emulated, out_e = timed(dtype, args.repeat, native=False)
-        native, out_n = timed(dtype, args.repeat, native=True)
+        emulated, out_e, eager_s = timed(dtype, args.repeat, native=False)
+        native, out_n, _ = timed(dtype, args.repeat, native=True)
         diff = float((out_e.double() - out_n.double()).abs().max())
         print(f"  {str(dtype)[6:]:9s} emulated {emulated * 1e3:8.1f} ms   native {native * 1e3:7.1f} ms   "
-              f"ratio {emulated / native:5.1f}x   max |emulated - native| {diff:.2e}")
+              f"ratio {emulated / native:5.1f}x   max |emulated - native| {diff:.2e}   eager PyTorch "
+              f"{eager_s * 1e3:6.1f} ms (emulated / eager {emulated / eager_s:5.1f}x)")
 
 
 if __name__ == "__main__":
