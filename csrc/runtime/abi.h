@@ -5,7 +5,7 @@
 #pragma once
 #include <stdint.h>
 
-#define MPK_ABI_VERSION 5
+#define MPK_ABI_VERSION 6
 #define MPK_MAX_DIMS 4
 #define MPK_MAX_TILES 8      // inputs + outputs of one task
 #define MPK_MAX_TRIGGERS 8   // docs/dependencies.md: more than this and the graph builder coarsens
@@ -29,6 +29,7 @@
 #define MPK_INVALID 3            // bad config / arguments; see mpk_error_message
 #define MPK_INTERNAL 4
 #define MPK_STUCK 5              // a task stayed inside its kernel past stuck_s; see mpk_error_message
+#define MPK_INTERRUPTED 6        // mpk_abort stopped the launch (Ctrl-C); see mpk_error_message
 
 // Fault injection (negative controls), active only in modules built with
 // -DMPK_FAULT_INJECTION; the other kinds (wrong tile, dropped dependency) are edits of the
@@ -168,6 +169,11 @@ int mpk_event_counters(void* handle, int64_t* out, int n);
 int mpk_task_progress(void* handle, int64_t* out, int n);
 // Iterations (graph passes) completed by the last launch.
 int64_t mpk_iterations(void* handle);
+// Stops the launch in flight on `handle` (callable from any thread, e.g. while another thread
+// is inside mpk_launch / mpk_wait): it returns MPK_INTERRUPTED within about a second, its
+// workers stopped between tasks. No effect when no launch is in flight. Returns 0, or -1 for
+// a NULL handle.
+int mpk_abort(void* handle);
 void mpk_finalize(void* handle);
 #ifdef __cplusplus
 }

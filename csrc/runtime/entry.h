@@ -149,6 +149,14 @@ MPK_EXPORT int64_t mpk_iterations(void* handle) {
     return handle ? mpk::ld_relaxed(&static_cast<mpk::host::Kernel*>(handle)->control.iterations) : -1;
 }
 
+// Called from another thread than the launching one (Python: on Ctrl-C): only a store, which the
+// supervisor (host_cpu.h) sees within 10 ms and turns into MPK_INTERRUPTED and the abort flag.
+MPK_EXPORT int mpk_abort(void* handle) {
+    if (!handle) return -1;
+    mpk::st_release(&static_cast<mpk::host::Kernel*>(handle)->interrupt, int32_t(1));
+    return 0;
+}
+
 // Ends the executor's threads and frees the handle. A worker still inside a kernel (MPK_STUCK)
 // keeps the handle alive: it is then left allocated, its threads detached.
 MPK_EXPORT void mpk_finalize(void* handle) {
@@ -268,6 +276,14 @@ MPK_EXPORT int mpk_task_progress(void* handle, int64_t* out, int n) {
 
 MPK_EXPORT int64_t mpk_iterations(void* handle) {
     return handle ? static_cast<mpk::cuda::Kernel*>(handle)->control->iterations : -1;
+}
+
+// As on the CPU: a store the host supervisor (host_cuda.h, finish) turns into MPK_INTERRUPTED
+// and the host-mapped abort flag that every device spin loop polls.
+MPK_EXPORT int mpk_abort(void* handle) {
+    if (!handle) return -1;
+    mpk::st_release(&static_cast<mpk::cuda::Kernel*>(handle)->interrupt, int32_t(1));
+    return 0;
 }
 
 // Frees the handle; an unusable one (a kernel that may still run) is left allocated.

@@ -10,7 +10,10 @@
 //     (the abort flag, which every spin loop checks, ends the launch within about 1 ms);
 //   - one task inside its kernel for stuck_s (default 10 x watchdog_s): MPK_STUCK naming it; the
 //     launch returns without that worker (a kernel cannot be interrupted), and the handle refuses
-//     further launches until the worker comes back.
+//     further launches until the worker comes back;
+//   - mpk_abort (Ctrl-C in Python, from another thread): MPK_INTERRUPTED through the same abort
+//     flag, so workers stop between tasks; one still inside a kernel after kInterruptGraceS is
+//     left there as with MPK_STUCK, so the caller gets control back within about a second.
 // Everything lives in the handle; two handles share nothing.
 #pragma once
 #include <condition_variable>
@@ -65,6 +68,7 @@ struct Kernel {
     int32_t live = 0;            // threads still inside the current launch
     std::vector<char> busy;      // per thread: inside a launch
     int32_t launching = 0;       // atomic; refuses a second concurrent launch
+    int32_t interrupt = 0;       // atomic; mpk_abort: the launch in flight stops (cleared at a launch's start)
     int64_t launches = 0;
     int64_t iteration_base = 0;  // passes of earlier successful launches
     double hang_after_s = 0;     // silence measured when the watchdog fired
@@ -268,10 +272,49 @@ inline std::string hang_message(const Kernel& k) {
     return msg;
 }
 
+// An interrupted launch: the pass, how far it got and, if a worker is still inside its kernel,
+// which one (it cannot be stopped; the handle refuses launches until it returns).
+inline std::string interrupted_message(const Kernel& k, int32_t left_inside) {
+    const int64_t pass = k.control.iterations + 1;
+    int64_t done = 0;
+    for (size_t t = 1; t < k.progress.size(); ++t) done += ld_relaxed(&k.progress[t]) >= pass;
+    char buf[384];
+    snprintf(buf, sizeof buf, "interrupted (mpk_abort) during pass %lld after %lld of %d tasks; the workers stopped "
+             "between tasks", (long long)pass, (long long)done, k.cfg.num_tasks - 1);
+    std::string msg = buf;
+    for (int32_t w = 0; w < k.cfg.num_workers && left_inside > 0; ++w) {
+        const exec::WorkerSlot& s = k.workers[size_t(w)];
+        if (!k.busy[size_t(w)] || ld_relaxed(&s.state) != MPK_WORKER_RUNNING) continue;
+        snprintf(buf, sizeof buf, "; task %lld (iteration %lld) is still inside its kernel on worker %d and cannot "
+                 "be stopped", (long long)ld_relaxed(&s.task), (long long)ld_relaxed(&s.iteration), w);
+        msg += buf;
+    }
+    return msg;
+}
+
 // ---- launch
 
-// Waits for the launch's threads with the watchdog and the stuck check (above). Returns the
-// number of workers left inside a kernel (stuck).
+// How long an interrupted launch waits for a worker to leave its kernel before it returns
+// without it (a kernel cannot be stopped; a Ctrl-C must give control back within about 1 s).
+constexpr double kInterruptGraceS = 1.0;
+
+// After the abort flag is set: waits up to `grace_s` for every thread, then up to 2 s for all but
+// those inside a kernel (the others leave within about 1 ms; a kernel cannot be stopped).
+// Returns the number of threads still inside the launch.
+inline int32_t await_return(Kernel& k, double grace_s) {
+    std::unique_lock<std::mutex> lock(k.mu);
+    k.done.wait_for(lock, std::chrono::duration<double>(grace_s), [&] { return k.live == 0; });
+    k.done.wait_for(lock, std::chrono::seconds(2), [&] {
+        int32_t inside_kernel = 0;
+        for (int32_t w = 0; w < k.cfg.num_workers; ++w)
+            inside_kernel += k.busy[size_t(w)] && ld_relaxed(&k.workers[size_t(w)].state) == MPK_WORKER_RUNNING;
+        return k.live <= inside_kernel;
+    });
+    return k.live;
+}
+
+// Waits for the launch's threads with the watchdog, the stuck check and mpk_abort (above).
+// Returns the number of threads left inside the launch (workers inside a kernel).
 inline int32_t supervise(Kernel& k) {
     using clock = std::chrono::steady_clock;
     const double limit = k.cfg.watchdog_s, stuck = k.stuck_s;
@@ -290,6 +333,10 @@ inline int32_t supervise(Kernel& k) {
         {
             std::unique_lock<std::mutex> lock(k.mu);
             if (k.done.wait_for(lock, poll, [&] { return k.live == 0; })) return 0;
+        }
+        if (ld_acquire(&k.interrupt)) {
+            fail(k, MPK_INTERRUPTED, "");  // the message is composed after the threads are back
+            return await_return(k, kInterruptGraceS);
         }
         if (limit <= 0 && stuck <= 0) continue;
         const clock::time_point now = clock::now();
@@ -324,15 +371,7 @@ inline int32_t supervise(Kernel& k) {
                      "(stuck_s = %g; default 10 x watchdog_s): stuck. The worker cannot be stopped; finalize() the "
                      "kernel", (long long)ld_relaxed(&s.task), (long long)ld_relaxed(&s.iteration), w, inside, stuck);
             fail(k, MPK_STUCK, buf);
-            // the others leave within about 1 ms; the stuck ones stay in their kernels
-            std::unique_lock<std::mutex> lock(k.mu);
-            k.done.wait_for(lock, std::chrono::seconds(2), [&] {
-                int32_t inside_kernel = 0;
-                for (int32_t v = 0; v < W; ++v)
-                    inside_kernel += k.busy[size_t(v)] && ld_relaxed(&k.workers[size_t(v)].state) == MPK_WORKER_RUNNING;
-                return k.live <= inside_kernel;
-            });
-            return k.live;
+            return await_return(k, 0);
         }
     }
 }
@@ -373,6 +412,7 @@ inline int32_t launch(Kernel& k) {
     }
     if (!start_threads(k)) return k.status;
     reset_launch(k);
+    st_release(&k.interrupt, int32_t(0));  // an mpk_abort from now on stops this launch
     {
         std::lock_guard<std::mutex> lock(k.mu);
         k.live = k.num_threads();
@@ -380,11 +420,12 @@ inline int32_t launch(Kernel& k) {
         ++k.generation;
     }
     k.wake.notify_all();
-    supervise(k);
+    const int32_t left = supervise(k);
     ++k.launches;
     k.status = ld_acquire(&k.control.status);
     k.message = k.control.message;
     if (k.status == MPK_HANG) k.message = hang_message(k);
+    if (k.status == MPK_INTERRUPTED) k.message = interrupted_message(k, left);
     if (k.status == MPK_OK) k.iteration_base += ld_relaxed(&k.control.iterations);
     return k.status;
 }

@@ -13,7 +13,9 @@
 // polling with a wall-clock deadline, setting the abort flag that every device spin loop checks
 // (those also check a %globaltimer deadline themselves). A kernel that does not end after an
 // abort (a task spinning inside its kernel) is reported as MPK_STUCK and the handle is
-// unusable: a running kernel cannot be stopped.
+// unusable: a running kernel cannot be stopped. mpk_abort (Ctrl-C in Python) goes the same way:
+// MPK_INTERRUPTED and the abort flag, workers stop between tasks; a kernel not ended 1 s later
+// leaves the handle unusable, so the caller gets control back within about a second.
 // Every CUDA call goes through MPK_CUDA_CHECK, which records "file:line: call: error".
 #pragma once
 #include <cuda_runtime.h>
@@ -62,6 +64,7 @@ struct Kernel {
     cudaStream_t stream = nullptr;     // of the launch in flight
     cudaEvent_t done = nullptr;
     bool in_flight = false, unusable = false;
+    int32_t interrupt = 0;             // atomic; mpk_abort: the launch in flight stops (cleared at a launch)
     int grid = 0, block = 0;
     size_t smem = 0;
     int64_t iteration_base = 0, launches = 0;
@@ -247,7 +250,7 @@ inline int32_t finish(Kernel& k) {
     exec::State view = host_view(k);
     clock::time_point last = clock::now(), aborted_at{};
     int64_t seen = -1;
-    bool aborted = false;
+    bool aborted = false, interrupted = false;
     std::vector<int64_t> started(size_t(k.cfg.num_workers), -1);
     std::vector<clock::time_point> since(size_t(k.cfg.num_workers), last);
     for (;;) {
@@ -262,11 +265,19 @@ inline int32_t finish(Kernel& k) {
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
         const clock::time_point now = clock::now();
+        if (!aborted && ld_acquire(&k.interrupt)) {  // mpk_abort: the flag the device spin loops poll
+            exec::fail(view, MPK_INTERRUPTED);
+            exec::abort_launch(view);
+            aborted = interrupted = true;
+            aborted_at = now;
+        }
         if (aborted) {
-            if (std::chrono::duration<double>(now - aborted_at).count() > 5.0) {
-                k.status = MPK_STUCK;
-                k.message = "the persistent kernel did not end within 5 s of the abort (a task is spinning inside its "
-                            "kernel); a running kernel cannot be stopped: the CUDA context is unusable";
+            if (std::chrono::duration<double>(now - aborted_at).count() > (interrupted ? 1.0 : 5.0)) {
+                k.status = interrupted ? MPK_INTERRUPTED : MPK_STUCK;
+                k.message = std::string(interrupted ? "interrupted (mpk_abort), but the" : "the") +
+                            " persistent kernel did not end within " + (interrupted ? "1 s" : "5 s") + " of the "
+                            "abort (a task is inside its kernel); a running kernel cannot be stopped: the CUDA "
+                            "context is unusable";
                 k.unusable = true;
                 return k.status;
             }
@@ -309,6 +320,13 @@ inline int32_t finish(Kernel& k) {
         return k.status;
     k.status = ld_acquire_sys(&k.control->status);
     k.message = k.control->message;
+    if (k.status == MPK_INTERRUPTED) {
+        const int64_t pass = k.control->iterations + 1;
+        int64_t done = 0;
+        for (size_t t = 1; t < k.progress.size(); ++t) done += k.progress[t] >= pass;
+        k.message = "interrupted (mpk_abort) during pass " + std::to_string(pass) + " after " + std::to_string(done) +
+                    " of " + std::to_string(k.cfg.num_tasks - 1) + " tasks; the workers stopped between tasks";
+    }
     if (k.status == MPK_HANG && k.message.empty()) {
         char buf[160];
         snprintf(buf, sizeof buf, "watchdog: no task finished and no task ran for %.2f s (watchdog_s = %g)",
@@ -328,6 +346,7 @@ inline int32_t launch(Kernel& k, cudaStream_t stream, bool wait) {
     if (!geometry(k)) return k.status;
     if (!k.done && !MPK_CUDA_CHECK(k, cudaEventCreateWithFlags(&k.done, cudaEventDisableTiming))) return k.status;
     reset_mapped(k);
+    st_release(&k.interrupt, int32_t(0));  // an mpk_abort from now on stops this launch
     k.st.iteration_base = k.iteration_base;
     k.st.launch_seed = splitmix64((k.cfg.jitter ? k.cfg.jitter_seed : 0) ^ uint64_t(k.launches) << 32);
     ++k.launches;

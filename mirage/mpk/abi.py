@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import ctypes as C
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 MAX_DIMS, MAX_TILES, MAX_TRIGGERS, NUM_IPARAMS, NUM_FPARAMS = 4, 8, 8, 4, 2
 TASK_TERMINATE, TASK_END_OF_TASK_GRAPH, TASK_FIRST_LAYER = 0, 1, 100
 EVENT_TYPES = {"termination": 0, "launch": 1, "end_of_task_graph": 2}
-OK, HANG, NOTHING_SCHEDULED, INVALID, INTERNAL, STUCK = 0, 1, 2, 3, 4, 5
+OK, HANG, NOTHING_SCHEDULED, INVALID, INTERNAL, STUCK, INTERRUPTED = 0, 1, 2, 3, 4, 5, 6
 WORKER_STATES = {0: "idle", 1: "waiting", 2: "running", 3: "done"}
 FAULT_NONE, FAULT_SKIP, FAULT_PERTURB, FAULT_NO_TRIGGER, FAULT_NO_SIGNAL = 0, 1, 2, 3, 4
 PEER_DATA, PEER_CONSUMED = 1, 2
@@ -81,6 +81,7 @@ def declare(lib: C.CDLL) -> None:
     lib.mpk_iterations.argtypes = [P]
     lib.mpk_finalize.argtypes = [P]
     lib.mpk_finalize.restype = None
+    lib.mpk_abort.argtypes = [P]
 
 
 def check_layout(lib: C.CDLL, path: str) -> None:

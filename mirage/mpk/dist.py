@@ -5,7 +5,9 @@ PyPI); one rank needs no MPI. Run a multi-rank file as `mpirun -n 4 python file.
 
 - world() checks world_size / mpi_rank against COMM_WORLD and installs an excepthook that
   prints the traceback (each line prefixed with the rank) and calls MPI_Abort, so an
-  uncaught exception on one rank ends the whole job (as `python -m mpi4py` does).
+  uncaught exception on one rank ends the whole job (as `python -m mpi4py` does). Ctrl-C
+  (mpiexec forwards SIGINT) is such an exception: KeyboardInterrupt from pk(). SIGTERM ends
+  the rank at once. Both first unlink MPICH's named node segment (release_node_segments).
 - SymmetricHeap puts a kernel's symmetric tensors (io_category "nvshmem_tensor", alias
   "symmetric_tensor") and its cross-rank signal counters in one MPI shared-memory window on
   the node: every rank maps every rank's segment. Allocation and free are collective; after
@@ -15,8 +17,10 @@ PyPI); one rank needs no MPI. Run a multi-rank file as `mpirun -n 4 python file.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes as C
 import os
+import signal
 import sys
 import time
 import traceback
@@ -71,10 +75,28 @@ def install_excepthook(comm) -> None:
             sys.stderr.flush()
             time.sleep(ABORT_GRACE_S)
         finally:
+            release_node_segments()
             comm.Abort(1)
+
+    def on_sigterm(signum, frame):
+        release_node_segments()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)        # die by the signal, as without this handler
 
     hook.mpk_abort_hook = True
     sys.excepthook = hook
+    with contextlib.suppress(ValueError):   # signal handlers can be set from the main thread only
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def release_node_segments() -> None:
+    """Unlink the named /dev/shm segments of MPICH that this process maps. MPICH unlinks a window's
+    segment once every rank has mapped it, but keeps the one made at MPI_Init named until
+    MPI_Finalize, which a job ended by MPI_Abort or a signal never reaches: it would stay in /dev/shm.
+    Mappings stay valid; the memory goes with the last process that maps it."""
+    with contextlib.suppress(OSError), open("/proc/self/maps") as maps:   # (a peer may have been first)
+        for path in {ln.split()[-1] for ln in maps if "/dev/shm/mpich_shm_" in ln and "(deleted)" not in ln}:
+            os.unlink(path)
 
 
 def active_world():

@@ -416,6 +416,8 @@ class PersistentKernel:
         if self._runtime is None:
             raise RuntimeError("pk() called before compile()" if not self._finalized
                                else "pk() called after finalize()")
+        if self._runtime.interrupted:   # outputs, meta tensors and cross-rank signals are mid-pass
+            raise MPKRuntimeError("pk(): this kernel was interrupted during a pass (Ctrl-C); call finalize()")
         for t in self.tensors.values():
             if t.kind == SHUFFLED:
                 shuffle_into(t)
@@ -427,7 +429,14 @@ class PersistentKernel:
             for k, v in self._meta_at_first_launch.items():
                 self.meta_tensors[k].copy_(v)
             self._watched.poison()
-        passes = self._runtime.launch()
+        try:
+            passes = self._runtime.launch()
+        except KeyboardInterrupt:
+            if "still inside" in self._runtime.interrupted:   # a task kernel may still read or write them,
+                kept = [d.data for d in self._table() if d.data is not None]   # so they are never freed
+                for t in [*self.meta_tensors.values(), *kept]:             # (as its handle is not)
+                    C.pythonapi.Py_IncRef(C.py_object(t))
+            raise
         self.passes = passes
         if self.test_mode:
             if passes != 1:

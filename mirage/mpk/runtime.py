@@ -6,8 +6,10 @@ one loaded .so share no state.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes as C
 import re
+import threading
 
 import torch
 
@@ -62,6 +64,8 @@ def _names(tasks: list, limit: int = 8) -> str:
 
 
 class Runtime:
+    interrupted = ""        # why a launch was stopped by Ctrl-C (launch): the kernel is unusable
+
     def __init__(self, so_path: str, graph: Graph, variants: Variants, tensors: list[DTensor],
                  meta: dict[str, torch.Tensor], config: dict, fault: Fault | None = None):
         self.graph = graph
@@ -92,8 +96,9 @@ class Runtime:
         self.watchdog_s = config["watchdog_s"]
 
     def launch(self) -> int:
-        """Run to termination; return the number of graph passes, or raise with a report."""
-        status = self.lib.mpk_launch(self.handle)
+        """Run to termination; return the number of graph passes, or raise with a report. Ctrl-C stops
+        the workers between tasks (mpk_abort) and raises KeyboardInterrupt; `interrupted` is then set."""
+        status = self._interruptible(self.lib.mpk_launch)
         if status == abi.HANG:
             raise MPKHangError(self.hang_report())
         if status == abi.STUCK:   # a task inside its kernel past stuck_s: the message names it
@@ -101,6 +106,27 @@ class Runtime:
         if status != abi.OK:
             raise MPKRuntimeError(f"launch failed (status {status}): {self.name_tasks(self.error_message())}")
         return self.lib.mpk_iterations(self.handle)
+
+    def _interruptible(self, entry) -> int:
+        """entry(handle) on a helper thread (ctypes releases the GIL) while this thread waits in short
+        steps: Python runs a signal handler only in the main thread between bytecodes, so a blocking
+        call here would hold Ctrl-C back until the whole pass ended."""
+        out: list[int] = []
+        done = threading.Event()     # not Thread.join: before Python 3.13 a join interrupted by Ctrl-C
+        threading.Thread(target=lambda: (out.append(entry(self.handle)), done.set()), daemon=True).start()
+        try:                         # can mark the thread as ended while it still runs; timed: a
+            while not done.wait(0.05):   # SIGINT taken by another thread wakes no one
+                pass
+        except KeyboardInterrupt:
+            while not done.is_set():    # repeated: the launch may not have begun at the first one
+                with contextlib.suppress(KeyboardInterrupt):   # a second Ctrl-C: it is back within ~1 s
+                    self.lib.mpk_abort(self.handle)
+                    done.wait(0.01)
+            why = self.error_message() if out == [abi.INTERRUPTED] else f"the launch ended (status {out[0]})"
+            self.interrupted = why      # a partial pass (and, with ranks, partial signals): unusable
+            raise KeyboardInterrupt(f"{self.name_tasks(why)}; the kernel cannot run again: call finalize()") \
+                from None
+        return out[0]
 
     def name_tasks(self, message: str) -> str:
         """'task 4' in a runtime message -> "task 4 = 'linear_1'(0, 2, 0)": layers and grid coordinates."""

@@ -1013,6 +1013,75 @@ static void test_stuck_in_kernel() {
            "while it stays; OK once it returned %s\n", took, first.c_str(), g_failures == before ? "PASS" : "FAIL");
 }
 
+// mpk_abort from another thread (Python's Ctrl-C): a long pass returns MPK_INTERRUPTED within a
+// task's length, the workers stopped between tasks, and the handle runs a clean pass next. An
+// abort with no launch in flight is dropped. A task inside its kernel cannot be stopped: the
+// launch returns after the 1 s grace naming it and refuses launches until it comes back.
+static void test_interrupt() {
+    const int before = g_failures;
+    CHECK(mpk_abort(nullptr) == -1, "mpk_abort(NULL)");
+    Graph g = chain(20);
+    for (size_t t = 1; t < g.nodes.size(); ++t) g.nodes[t].sleep_us = 50000;  // a 1 s pass
+    Instance in(g, default_config());
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    mpk_abort(in.handle);  // no launch in flight: no effect on the next one
+    std::thread ctrl_c([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        mpk_abort(in.handle);
+    });
+    in.launch();
+    ctrl_c.join();
+    const std::string msg = in.message();
+    const std::vector<int64_t> p = in.progress();
+    const int64_t done = std::count(p.begin() + 1, p.end(), int64_t(1));
+    CHECK(in.status == MPK_INTERRUPTED, "status %d: %s", in.status, msg.c_str());
+    CHECK(in.seconds >= 0.25 && in.seconds < 0.8, "MPK_INTERRUPTED after %.3f s (abort at 0.25 s)", in.seconds);
+    CHECK(done > 0 && done < 20 && msg.find("interrupted (mpk_abort) during pass 1 after " + std::to_string(done) +
+                                            " of 20 tasks") != std::string::npos, "%lld done: %s", (long long)done,
+          msg.c_str());
+    const double took = in.seconds;
+    in.meta.restore(in.cfg, {1}, {0});
+    in.reset_buffers();
+    in.launch();
+    in.check_clean_run(1, "after an interrupted launch");
+    printf("mpk_abort 0.25 s into a 1 s pass -> MPK_INTERRUPTED after %.3f s: \"%s\"; the next launch is clean %s\n",
+           took, msg.c_str(), g_failures == before ? "PASS" : "FAIL");
+
+    const int before_spin = g_failures;
+    Graph s;
+    s.add({});
+    const int t = s.add({1}, fake::SPIN);
+    s.add({t});
+    Instance spin(s, default_config());
+    CHECK(spin.init(), "%s", spin.init_error.c_str());
+    fake::g_release = 0;
+    std::thread ctrl_c2([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        mpk_abort(spin.handle);
+    });
+    spin.launch();
+    ctrl_c2.join();
+    const std::string stuck = spin.message();
+    const double took_spin = spin.seconds;
+    CHECK(spin.status == MPK_INTERRUPTED && spin.seconds >= 1.0 && spin.seconds < 2.5, "status %d after %.3f s",
+          spin.status, spin.seconds);
+    CHECK(stuck.find("task 2 (iteration 1) is still inside its kernel on worker") != std::string::npos, "%s",
+          stuck.c_str());
+    CHECK(spin.launch() == MPK_INVALID && spin.message().find("still inside task 2") != std::string::npos, "%d %s",
+          spin.status, spin.message().c_str());
+    fake::g_release = 1;
+    mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(spin.handle);
+    bool back = false;
+    for (int i = 0; i < 200 && !back; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        std::lock_guard<std::mutex> lock(k.mu);
+        back = k.live == 0;
+    }
+    CHECK(back, "the interrupted worker did not come back");
+    printf("mpk_abort while a task spins inside its kernel -> MPK_INTERRUPTED after %.3f s (1 s grace): \"%s\"; "
+           "refused until it returns %s\n", took_spin, stuck.c_str(), g_failures == before_spin ? "PASS" : "FAIL");
+}
+
 // Several ranks: every worker runs its tasks of a pass in position order, so kernels that wait
 // for a peer inside the task (allreduce) cannot deadlock across ranks. Two handles in this
 // process are ranks 0 and 1 (world_size 2): A (task 3, after X) and B (task 5, after Y) both run
@@ -1084,6 +1153,7 @@ int main() {
     test_event_driven_dispatch();
     test_scheduler_queue_overflow();
     test_stuck_in_kernel();
+    test_interrupt();
     test_cross_rank_order();
     test_init_rejects();
     test_two_handles_concurrently();

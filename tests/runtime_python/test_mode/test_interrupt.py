@@ -1,0 +1,184 @@
+"""Ctrl-C stops a run (issue 11, docs/runtime.md "Interrupts"): a signal sent to a process inside pk()
+gives control back within about a second, on one rank and under mpirun.
+
+    python test_interrupt.py chain       96 chained fp32 linears (a pass of about 20 s here)
+    python test_interrupt.py inside      one linear task of about 15 s: it cannot be stopped
+    mpirun -n 2 python test_interrupt.py ranks    the chain plus an allreduce (symmetric memory)
+
+pytest runs each in a child process, sends SIGINT (or SIGTERM to mpiexec) once every process has
+printed LAUNCHING, and asserts the time to exit, the exit status and the messages. After the
+KeyboardInterrupt a child checks that pk() refuses to run again and that finalize() works, then
+re-raises it, as an uncaught Ctrl-C would end it. Under mpirun every rank prints its pid and the
+named /dev/shm segments it maps: after the job none of them may exist.
+
+Negative control: with the mpk_abort call in Runtime._interruptible disabled, the chain runs to
+the end of its pass and test_sigint_stops_a_long_pass fails on the time to exit.
+
+Run: pytest tests/runtime_python/test_mode/test_interrupt.py -s   (-s shows the TIMING lines)
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+from mirage.mpk import testing
+from mirage.mpk.persistent_kernel import PersistentKernel
+
+LAYERS, ROWS, FEATURES = 96, 256, 2048    # about 0.2 s per linear task here: a pass of 20 s
+EXIT_WITHIN_S = 3.0                       # on a loaded 2-core machine
+
+
+def chain(pk: PersistentKernel, layers: int, rows: int, features: int) -> None:
+    """`layers` linears in a row, one task each, sharing one weight, their outputs alternating
+    between two buffers."""
+    x = pk.attach_input(torch.randn(rows, features), name="x")
+    w = pk.attach_input(torch.randn(features, features) / features ** 0.5, name="w")
+    ys = [pk.new_tensor((rows, features), dtype=torch.float32, name=f"y{i}") for i in range(min(layers, 2))]
+    for i in range(layers):
+        pk.linear_layer(input=x, weight=w, output=ys[i % 2], grid_dim=(1, 1, 1), block_dim=(128, 1, 1))
+        x = ys[i % 2]
+
+
+def named_shm() -> list[str]:
+    with open("/proc/self/maps") as maps:
+        return sorted({ln.split()[-1] for ln in maps if "/dev/shm/" in ln and "(deleted)" not in ln})
+
+
+def running(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def main(mode: str) -> None:
+    rank, size = 0, 1
+    if mode == "ranks":
+        from mpi4py import MPI
+        rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=None, num_workers=2, num_local_schedulers=2,
+                                               world_size=size, mpi_rank=rank))
+    if mode == "inside":
+        chain(pk, 1, 4096, 4096)             # one task of about 15 s
+    else:
+        chain(pk, LAYERS, ROWS, FEATURES)
+    if mode == "ranks":                      # symmetric memory and cross-rank signals
+        a = pk.attach_input(torch.ones(2, 24), name="a")
+        buf = pk.new_tensor((size, 2, 24), dtype=torch.float32, name="buf", io_category="symmetric_tensor")
+        out = pk.attach_input(torch.zeros(2, 24), name="out")
+        pk.allreduce_layer(input=a, buffer=buf, output=out, grid_dim=(1, 1, 1), block_dim=(128, 1, 1))
+    pk.compile()
+    testing.say(f"PID {os.getpid()} SHM {' '.join(named_shm())}")
+    testing.say("LAUNCHING")
+    t0 = time.perf_counter()
+    try:
+        pk()
+    except KeyboardInterrupt:
+        testing.say(f"INTERRUPTED after {time.perf_counter() - t0:.2f} s")
+        try:
+            pk.run()
+        except RuntimeError as e:
+            testing.say(f"REFUSED: {e}")
+        pk.finalize()
+        testing.say("FINALIZED")
+        raise
+    testing.say(f"COMPLETED in {time.perf_counter() - t0:.2f} s")
+
+
+def signal_child(cmd: list[str], processes: int, sig: int, after_s: float) -> tuple[int, str, float]:
+    """Start cmd in its own session, send `sig` `after_s` after `processes` LAUNCHING lines; (exit
+    status, output, seconds from the signal to the exit). The session is killed if it outlives that."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: [lines.append(ln) for ln in proc.stdout], daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 180      # compiling on a loaded machine
+        while sum("LAUNCHING" in ln for ln in lines) < processes and proc.poll() is None:
+            assert time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.05)
+        assert proc.poll() is None, "".join(lines)
+        time.sleep(after_s)
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        elapsed = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    reader.join(5)
+    out = "".join(lines)
+    print(f"$ {' '.join(cmd)}: signal {sig} -> exit {proc.returncode} after {elapsed:.2f} s\n{out}")
+    return proc.returncode, out, elapsed
+
+
+def test_sigint_stops_a_long_pass():
+    code, out, elapsed = signal_child([sys.executable, __file__, "chain"], 1, signal.SIGINT, 1.0)
+    done = re.search(r"KeyboardInterrupt: interrupted \(mpk_abort\) during pass 1 after (\d+) of 96 tasks; "
+                     r"the workers stopped between tasks; the kernel cannot run again: call finalize", out)
+    print(f"TIMING SIGINT 1 s into a 96-linear pass -> exit {code} after {elapsed:.2f} s "
+          f"({done.group(1) if done else '?'} of 96 tasks done)")
+    assert elapsed < EXIT_WITHIN_S, out
+    assert code == -signal.SIGINT, out          # an uncaught KeyboardInterrupt ends Python by SIGINT
+    assert done and int(done.group(1)) < 96, out
+    assert "REFUSED: pk(): this kernel was interrupted during a pass (Ctrl-C); call finalize()" in out, out
+    assert "FINALIZED" in out and "COMPLETED" not in out, out
+
+
+def test_a_task_inside_its_kernel_is_named():
+    """A kernel cannot be stopped: after a 1 s grace the launch returns without its worker and says so."""
+    code, out, elapsed = signal_child([sys.executable, __file__, "inside"], 1, signal.SIGINT, 0.5)
+    waited = re.search(r"INTERRUPTED after ([\d.]+) s", out)
+    print(f"TIMING SIGINT 0.5 s into a 15 s task -> KeyboardInterrupt {waited.group(1) if waited else '?'} s "
+          f"after the launch began, exit {code} {elapsed:.2f} s after the signal")
+    assert ("task 1 = 'linear_0'(0, 0, 0) (iteration 1) is still inside its kernel on worker 0 and cannot be "
+            "stopped; the kernel cannot run again: call finalize()") in out, out
+    assert waited and float(waited.group(1)) < 0.5 + 1.0 + EXIT_WITHIN_S, out
+    assert elapsed < 1.0 + EXIT_WITHIN_S, out
+    assert code == -signal.SIGINT, out           # not a crash: the tensors the task reads stay allocated
+    assert "REFUSED: pk(): this kernel was interrupted" in out and "FINALIZED" in out, out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_mpirun_job_ends_on_a_signal(sig):
+    """mpiexec forwards the signal to every rank: SIGINT raises KeyboardInterrupt in pk() on each, whose
+    excepthook ends the job (dist.install_excepthook); SIGTERM ends each rank at once. No rank and no
+    named /dev/shm segment may outlive the job."""
+    cmd = [testing.mpiexec(), "-n", "2", sys.executable, __file__, "ranks"]
+    code, out, elapsed = signal_child(cmd, 2, sig, 1.0)
+    print(f"TIMING {signal.Signals(sig).name} to mpiexec -n 2 -> exit {code} after {elapsed:.2f} s")
+    assert code not in (0, None), out
+    assert elapsed < EXIT_WITHIN_S, out
+    pids, segments = [], []
+    for r in range(2):
+        line = testing.rank_lines(out, r, "PID ")
+        assert line, out
+        pids.append(int(line[0].split()[3]))
+        segments += line[0].split()[5:]
+    assert segments, "MPICH maps a named segment at MPI_Init: " + out
+    time.sleep(0.2)                               # mpiexec has reaped them; allow the kernel a moment
+    alive = [p for p in pids if running(p)]
+    assert not alive, f"ranks still running: {alive}"
+    assert not [s for s in segments if os.path.exists(s)], f"left in /dev/shm: {segments}"
+    if sig == signal.SIGINT:
+        for r in range(2):
+            assert f"[rank {r}] KeyboardInterrupt: interrupted (mpk_abort) during pass 1" in out, out
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or sys.argv[1] not in ("chain", "inside", "ranks"):
+        raise SystemExit(f"usage: python {sys.argv[0]} chain|inside; mpirun -n 2 python {sys.argv[0]} ranks")
+    main(sys.argv[1])
