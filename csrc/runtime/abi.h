@@ -5,7 +5,7 @@
 #pragma once
 #include <stdint.h>
 
-#define MPK_ABI_VERSION 6
+#define MPK_ABI_VERSION 7
 #define MPK_MAX_DIMS 4
 #define MPK_MAX_TILES 8      // inputs + outputs of one task
 #define MPK_MAX_TRIGGERS 8   // docs/dependencies.md: more than this and the graph builder coarsens
@@ -131,7 +131,18 @@ typedef struct {
     // and its dynamic shared memory in bytes.
     int32_t worker_threads;
     int32_t smem_bytes;
+    // Diagnosis (docs/profiler.md). in_order: each worker runs its tasks of a pass in ascending
+    // position order, as with several ranks (testing's serial re-run: one worker, the program's
+    // order). task_record: NULL, or MPK_RECORD_FIELDS int64 per task position, on the kernel's
+    // device: the worker that ran it is always written; with profile = 1 also the times (ns,
+    // %globaltimer on the GPU, CLOCK_MONOTONIC on the CPU) at which it was enqueued (ready), began
+    // and ended. One pass's values: a later pass of the same launch overwrites them.
+    int32_t in_order;
+    int32_t profile;
+    int64_t* task_record;
 } MpkConfig;
+
+#define MPK_RECORD_FIELDS 4      // task_record per task: ready, begin, end, worker
 
 // Per-worker state captured when a launch ends (always) or the watchdog fires.
 typedef struct {

@@ -197,13 +197,29 @@ MPK_HOST_DEVICE MPK_INLINE bool aborted(const State& st) { return ld_relaxed_sys
 
 // ---- waiting
 
-#if defined(__CUDACC__)
+// A clock in ns that both backends have: %globaltimer on the GPU (one clock for every SM), the
+// monotonic clock (std::chrono::steady_clock's) on the CPU.
 MPK_DEVICE MPK_INLINE int64_t now_ns() {
+#if defined(__CUDACC__)
     uint64_t t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return int64_t(t);
-}
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 #endif
+}
+
+// The task record (abi.h, docs/profiler.md): field k of task `pos`. The worker is written for every
+// task (one store); the times only with cfg.profile, so profiling off costs a predictable branch.
+enum RecordField { kReady = 0, kBegin = 1, kEnd = 2, kWorker = 3 };
+MPK_DEVICE MPK_INLINE void record(const State& st, int32_t pos, RecordField k, int64_t v) {
+    st.cfg.task_record[int64_t(pos) * MPK_RECORD_FIELDS + k] = v;
+}
+MPK_DEVICE MPK_INLINE void stamp(const State& st, int32_t pos, RecordField k) {
+    if (st.cfg.profile) record(st, pos, k, now_ns());
+}
 
 // Sum of every progress count (tasks completed, messages handled) and whether a worker is inside
 // a kernel, or not every block has started its loop yet: what the watchdog calls progress
@@ -375,7 +391,9 @@ MPK_DEVICE MPK_NOINLINE inline bool dispatch(State& st, int32_t s, int32_t ev, i
     const int32_t lo = first_worker(W, S, s), hi = first_worker(W, S, s + 1);
     auto one = [&](int32_t p) {
         const int32_t w = assign_worker(st, iteration, p);
-        return w < lo || w >= hi || push_task(st, w, make_task_id(iteration, p));
+        if (w < lo || w >= hi) return true;
+        stamp(st, p, kReady);  // before the push: the worker may begin at once
+        return push_task(st, w, make_task_id(iteration, p));
     };
     if (ev < 0) {
         for (int32_t k = 0; k < st.num_first_tasks; ++k)
@@ -603,11 +621,12 @@ MPK_DEVICE inline int32_t next_assigned(const State& st, int32_t w, int64_t iter
 }
 
 // Thread 0: takes up to kBatch ready tasks of worker w into b; waits (IDLE) while there is none.
-// One rank: in the order its ring delivers them (each is ready: its event fired). Several ranks:
-// in ascending position order within the pass (a reorder buffer over `arrived`): a kernel that
-// waits for a peer rank inside the task (allreduce, TaskView::wait) must not hold a worker that
-// the peer's progress needs, and with every worker running its tasks in the same order on every
-// rank, the lowest task unfinished on any rank can run everywhere (docs/runtime.md).
+// One rank: in the order its ring delivers them (each is ready: its event fired). Several ranks
+// (or cfg.in_order: testing's serial re-run, docs/profiler.md): in ascending position order
+// within the pass (a reorder buffer over `arrived`): a kernel that waits for a peer rank inside
+// the task (allreduce, TaskView::wait) must not hold a worker that the peer's progress needs, and
+// with every worker running its tasks in the same order on every rank, the lowest task unfinished
+// on any rank can run everywhere (docs/runtime.md).
 MPK_DEVICE MPK_NOINLINE inline void take_batch(State& st, int32_t w, Batch& b) {
     WorkerSlot& me = st.workers[w];
     b.n = 0;
@@ -647,7 +666,7 @@ MPK_DEVICE MPK_NOINLINE inline void take_batch(State& st, int32_t w, Batch& b) {
     Spin spin;
     for (;;) {
         int64_t tail = ld_acquire(&st.worker_tail[w].v);
-        if (!st.ordered) {
+        if (!st.ordered && !st.cfg.in_order) {
             while (b.n < kBatch && h < tail) {
                 const TaskId id = ld_relaxed(&ring[h & mask]);
                 if (task_position(id) == 0) {  // TERMINATE: the last id this launch sends
@@ -722,6 +741,7 @@ MPK_DEVICE MPK_NOINLINE inline void finish_task(State& st, int32_t w, Batch& b, 
             if (!ok) return;
         }
     }
+    if (st.cfg.task_record) record(st, pos, kWorker, w);
     st_release(&st.progress[pos], iteration);
     st_relaxed_sys(&me.done, me.done + 1);
     if (j + 1 < b.n) show_running(me, b.pos[j + 1], b.iteration[j + 1]);
@@ -787,6 +807,7 @@ template <class D> MPK_DEVICE void worker_loop(State& st, int32_t w) {
         for (int32_t j = 0; j < n; ++j) {
             const TaskView& v = b.view[j];
             bool dispatched = true;
+            if (leader) stamp(st, b.pos[j], kBegin);
             if (b.ctx[j].fault != MPK_FAULT_SKIP) {
 #if defined(__CUDACC__)
                 dispatched = D::run(v);
@@ -805,6 +826,7 @@ template <class D> MPK_DEVICE void worker_loop(State& st, int32_t w) {
             }
             // every thread is done with task j; the OR tells whether any took shared memory
             const bool dirty = __syncthreads_or(test_mode && smem_dirty()) != 0;
+            if (leader) stamp(st, b.pos[j], kEnd);  // (a jitter delay before the barrier counts)
             if (b.halt[j & 1]) {  // an abort seen by thread 0 stops the block here
                 stop = 1;
                 break;

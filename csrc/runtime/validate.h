@@ -37,6 +37,7 @@ inline std::string validate(const MpkConfig* c, const MpkTask* tasks, const MpkE
                    c->max_num_batched_requests, c->max_num_batched_tokens, c->max_num_pages, c->total_num_requests);
     if (c->world_size < 1 || c->mpi_rank < 0 || c->mpi_rank >= c->world_size)
         return bad("mpi_rank %d / world_size %d", c->mpi_rank, c->world_size);
+    if (c->profile && !c->task_record) return "profile = 1 needs a task_record (docs/profiler.md)";
 
     if (c->fault_kind < MPK_FAULT_NONE || c->fault_kind > MPK_FAULT_NO_SIGNAL)
         return bad("fault_kind = %d is not an MPK_FAULT_* value", c->fault_kind);

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ctypes as C
 
-ABI_VERSION = 6
+ABI_VERSION = 7
 MAX_DIMS, MAX_TILES, MAX_TRIGGERS, NUM_IPARAMS, NUM_FPARAMS = 4, 8, 8, 4, 2
 TASK_TERMINATE, TASK_END_OF_TASK_GRAPH, TASK_FIRST_LAYER = 0, 1, 100
 EVENT_TYPES = {"termination": 0, "launch": 1, "end_of_task_graph": 2}
@@ -51,7 +51,9 @@ class MpkConfig(C.Structure):
                 ("fault_kind", C.c_int32), ("fault_task", C.c_int32), ("fault_amount", C.c_double),
                 ("fault_element", C.c_int64), ("peer_tensor_ptrs", C.c_void_p),
                 ("peer_signal_ptrs", C.c_void_p), ("num_signal_slots", C.c_int32),
-                ("worker_threads", C.c_int32), ("smem_bytes", C.c_int32)]
+                ("worker_threads", C.c_int32), ("smem_bytes", C.c_int32), ("in_order", C.c_int32),
+                ("profile", C.c_int32), ("task_record", C.c_void_p)]
+RECORD_FIELDS = 4        # MpkConfig.task_record per task: ready, begin, end (ns), worker
 
 
 class MpkWorkerState(C.Structure):

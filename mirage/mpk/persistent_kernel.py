@@ -9,7 +9,7 @@ import os
 
 import torch
 
-from . import abi, codegen, dist, faults, reuse, written
+from . import abi, codegen, dist, faults, profiler, reuse, written
 from . import build as build_mod
 from . import graph as graph_mod
 from .dtypes import DType, bfloat16, to_dtype
@@ -84,7 +84,7 @@ class PersistentKernel:
                  trace_name: str = "test_trace", spec_decode_config=None, use_cutlass_kernel: bool = False,
                  eos_token_id: int = -1, test_mode: bool = False, *, backend: str = "auto",
                  watchdog_s: float | None = None, schedule_jitter: int | None = None,
-                 fault: Fault | None = None):
+                 fault: Fault | None = None, profile: bool = False):
         self.params = dict(mode=mode, world_size=world_size, mpi_rank=mpi_rank, num_workers=num_workers,
                            num_local_schedulers=num_local_schedulers,
                            num_remote_schedulers=num_remote_schedulers, max_seq_length=max_seq_length,
@@ -103,8 +103,8 @@ class PersistentKernel:
         self._comm = dist.world(world_size, mpi_rank) if world_size > 1 else None
         if backend not in _BACKENDS:
             raise ValueError(f"PersistentKernel: backend={backend!r}; expected one of {_BACKENDS}")
-        if profiler_tensor is not None:
-            raise ValueError("PersistentKernel: profiler_tensor is not supported yet (profiler issue)")
+        # profiler_tensor (MPK's) or profile=True: a trace after every launch (docs/profiler.md)
+        self.profiler_tensor, self.profile = profiler_tensor, bool(profile) or profiler_tensor is not None
         self.world_size, self.mpi_rank = world_size, mpi_rank
         self.test_mode = bool(test_mode)
         self.backend = backend
@@ -389,7 +389,10 @@ class PersistentKernel:
                       page_size=p["page_size"], total_num_requests=meta["tokens"].shape[0],
                       eos_token_id=p["eos_token_id"], mpi_rank=self.mpi_rank, world_size=self.world_size,
                       worker_threads=self.worker_threads, smem_bytes=WORKER_SMEM_BYTES)
+        self._record = profiler.record_buffer(self.profiler_tensor, len(graph.tasks), self.device)
+        config.update(in_order=0, profile=int(self.profile), task_record=self._record.data_ptr())
         self._allocate_symmetric(graph, config)     # collective: after every rank's compile
+        self._launch_args = (module, variants, config)    # for _rerun
         self._runtime = Runtime(module, graph, variants, self._table(), meta, config, self.fault)
         self.graph = graph
         self._watched = written.Watched(graph) if self.test_mode else None
@@ -438,10 +441,31 @@ class PersistentKernel:
                     C.pythonapi.Py_IncRef(C.py_object(t))
             raise
         self.passes = passes
+        self._export_trace()
         if self.test_mode:
             if passes != 1:
                 raise MPKRuntimeError(f"test mode ran {passes} passes of the graph; expected exactly 1")
             self._watched.check()
+
+    def _export_trace(self) -> None:
+        if self.profile:      # as MPK: after every launch (several ranks: one file each)
+            rank = f"_rank{self.mpi_rank}" if self.world_size > 1 else ""
+            profiler.export(self.graph, self._record, f"{self.trace_name}{rank}", self.mpi_rank,
+                            self.params["num_workers"])
+
+    def _rerun(self, **config) -> None:
+        """pk() once more on a second runtime of the same module, graph and tensors with these config
+        fields changed (testing's serial re-run); this kernel's own runtime and trace are kept."""
+        module, variants, base = self._launch_args
+        mine, profile = self._runtime, self.profile
+        self._runtime = Runtime(module, self.graph, variants, self._table(), self.meta_tensors,
+                                dict(base, **config, profile=0, task_record=None), self.fault)
+        try:
+            self.profile = False
+            self()
+        finally:
+            self._runtime.finalize()
+            self._runtime, self.profile = mine, profile
 
     def run(self, **kwargs) -> None:
         """The same as pk(**kwargs) (MPK's newer files call pk.run())."""

@@ -88,7 +88,8 @@ import torch
 
 from . import dist
 from .dtypes import DType, float32, to_dtype
-from .layers import DIFFERS_FROM_INPUT, FINITE, NONZERO, Layer
+from .layers import AXES, DIFFERS_FROM_INPUT, FINITE, NONZERO, Layer, storage
+from .tensor import SYMMETRIC
 
 U32 = 2.0**-24
 _TINY = {torch.bfloat16: 2.0**-133, torch.float16: 2.0**-24, torch.float32: 2.0**-149}
@@ -227,8 +228,9 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> Com
 
 
 def evidence(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance,
-             c: Comparison) -> tuple[float, int]:
-    """Print `EVIDENCE name dtype shape max_abs max_rel atol rtol worst_index rms_ratio PASS|FAIL`."""
+             c: Comparison, warning: str = "") -> tuple[float, int]:
+    """Print `EVIDENCE name dtype shape max_abs max_rel atol rtol worst_index rms_ratio PASS|FAIL`, with
+    `WARNING[...]` before the verdict when there is one (tiling_warning)."""
     diff = c.diff
     rel = diff / expected.double().abs().clamp_min(torch.finfo(torch.float64).tiny)
     worst = int(diff.argmax()) if diff.numel() else 0
@@ -238,7 +240,8 @@ def evidence(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Toler
     shape = tuple(actual.shape)
     say(f"EVIDENCE {name} {str(actual.dtype).replace('torch.', '')} {shape} max_abs={max_abs:.3e} "
         f"max_rel={max_rel:.3e} atol={atol_shown:.3e} rtol={tol.rtol:.3e} "
-        f"worst_index={_fmt_index(worst, shape)} {c.rms_field()} {'PASS' if c.passed else 'FAIL'}")
+        f"worst_index={_fmt_index(worst, shape)} {c.rms_field()} {f'WARNING[{warning}] ' if warning else ''}"
+        f"{'PASS' if c.passed else 'FAIL'}")
     return max_abs, worst
 
 
@@ -311,13 +314,15 @@ def assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: T
             say(line)
             raise AssertionError(f"'{name}': the values for attribute '{attr}' do not match: {a} != {e}")
     c = compare(actual, expected, tol)
-    max_abs, worst = evidence(name, actual, expected, tol, c)
+    max_abs, worst = evidence(name, actual, expected, tol, c, tiling_warning(pk, actual) if pk else "")
     if c.passed:
         return
     n_bad, shape, e64 = c.n_bad, tuple(actual.shape), expected.double()
     head = f"'{name}' is not close ({str(actual.dtype).replace('torch.', '')}, {shape}){context}!\n"
     where = _locate(pk, actual, c) if pk is not None else ""
     tail = f"\nTolerance budget: {tol.why}; seed: MPK_SEED={seed()}"
+    if pk is not None:      # the values in the message above are this run's: the re-run restores them
+        tail += _serial_rerun(pk, name, lambda: not compare(actual, expected, tol).passed)
     if n_bad:
         first = int(c.bad.flatten().nonzero()[0])
         idx = _fmt_index(first, shape)
@@ -361,13 +366,14 @@ def digest(t: torch.Tensor) -> str:
 
 def check_output(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance,
                  checks=(FINITE, NONZERO, DIFFERS_FROM_INPUT), inputs: tuple[torch.Tensor, ...] = (),
-                 pk=None) -> None:
+                 pk=None, tiled: bool = False) -> None:
     """The one call per compared tensor: the evidence line, then one line per non-vacuity check.
 
     pk: the PersistentKernel whose layer wrote `actual`; a mismatch then names that layer's bad
-    tiles by grid coordinate (assert_close)."""
+    tiles by grid coordinate and re-runs the graph serially (assert_close); the evidence line warns of
+    degenerate tiling, which tiled=True makes a failure (check_nonvacuous)."""
     assert_close(name, actual, expected, tol, pk=pk)
-    check_nonvacuous(name, actual, checks, inputs, reference=expected)
+    check_nonvacuous(name, actual, checks, inputs, reference=expected, pk=pk, tiled=tiled)
 
 
 def _diverging(pk, references: dict, tolerances: dict):
@@ -419,7 +425,78 @@ def assert_no_divergence(pk, references: dict[str, torch.Tensor], tolerances: di
     agree = f"DIVERGENCE none: {len(references)} tensors agree"
     say(f"DIVERGENCE {report}" if report else agree)
     if report:
-        raise AssertionError(report)
+        raise AssertionError(report + _serial_rerun(pk, "divergence", lambda: any(
+            not compare(pk.get_tensor(n), references[n], tolerances[n]).passed for n in references)))
+
+
+# ---- diagnosis: degenerate tiling, the serial re-run (docs/profiler.md) -------------------------
+
+def tiling_warning(pk, out: torch.Tensor) -> str:
+    """Why the layer of `pk` that wrote `out` does not exercise tiling, or "": its grid is 1 where its
+    output could be split (or every layer's grid is 1): "grid (1,1,1): tiling not exercised"; or a dim
+    of `out` that a grid axis of the layer splits (its partition map) is never split. A dim of size 1
+    cannot be split and is not named."""
+    found = _output_of(pk, out)
+    if found is None:
+        return ""
+    layer, k = found
+    acc, grid = layer.outputs[k], ",".join(map(str, layer.grid))
+    unsplit = [f"dim {d} (grid.{AXES[a]})" for a, d in enumerate(acc.pmap)
+               if d >= 0 and layer.grid[a] == 1 and acc.tensor.dims[d] > 1]
+    if layer.grid == (1, 1, 1) and (unsplit or all(g.grid == (1, 1, 1) for g in pk.layers)):
+        return "grid (1,1,1): tiling not exercised"
+    return f"grid ({grid}): '{acc.tensor.name}' {', '.join(unsplit)} never split" if unsplit else ""
+
+
+def _rerun_blocker(pk) -> str:
+    """Why pk's graph cannot simply run again on the same tensors, or ""."""
+    if pk.world_size > 1 or any(t.kind == SYMMETRIC for t in pk.tensors.values()):
+        return "several ranks or symmetric tensors (a re-run would need every rank)"
+    written, read_first = {a.tensor.name for g in pk.layers for a in g.outputs if a.written}, set()
+    for layer in pk.layers:        # a tensor read before any layer writes it, and written: an input
+        read_first |= {n for a in layer.inputs for n in storage(a.tensor)} & written   # the run changed
+        written -= {a.tensor.name for a in layer.outputs}
+    return f"the graph overwrites its input(s) {sorted(read_first)}" if read_first else ""
+
+
+def _first_difference(pk, parallel: dict[str, torch.Tensor]) -> str:
+    """The first layer (program order; a tensor counts for its last writer) whose output differs
+    between the run that failed (`parallel`) and the serial run now in pk's tensors."""
+    last = {a.tensor.name: (i, layer, k) for i, layer in enumerate(pk.layers)
+            for k, a in enumerate(layer.outputs) if a.written}
+    for name, (_, layer, k) in sorted(last.items(), key=lambda item: item[1][0]):
+        c = compare(parallel[name], pk.get_tensor(name), Tolerance(0.0, 0.0, "bit-identical"))
+        if c.n_bad:
+            return (f"first divergent layer '{layer.name}' (output '{name}': {c.n_bad}/{c.bad.numel()} "
+                    f"elements differ from the serial run; tiles: {_tiles(pk, layer, k, c)})")
+    return "yet every output equals the serial run's: the failure did not repeat"
+
+
+def _serial_rerun(pk, name: str, fails: Callable[[], bool]) -> str:
+    """After a failed comparison of a test-mode run with several workers or jitter: pk's graph once
+    more on one worker, no jitter, tasks in position order (the program's order; MpkConfig.in_order),
+    then `fails()` on the tensors the re-run wrote says which kind of bug it is. The failing run's
+    outputs are put back. Prints and returns the verdict as a line for the failure message."""
+    if not pk.test_mode or (pk.params["num_workers"] == 1 and pk.schedule_jitter is None):
+        return ""
+    blocker = _rerun_blocker(pk)
+    outputs = {a.tensor.name: pk.get_tensor(a.tensor.name) for g in pk.layers for a in g.outputs if a.written}
+    parallel = {n: t.clone() for n, t in outputs.items()} if not blocker else {}
+    try:
+        if blocker:
+            verdict = f"no serial re-run: {blocker}"
+        else:
+            pk._rerun(num_workers=1, jitter=0, jitter_seed=0, in_order=1)
+            verdict = ("fails serially too: the kernel's math or indexing" if fails() else
+                       f"passes serially: a missing dependency or a race; {_first_difference(pk, parallel)}")
+    except Exception as e:        # unwritten tiles, a hang: also without any parallelism
+        verdict = (f"fails serially too ({type(e).__name__}: {str(e).splitlines()[0]}): the kernel's math or "
+                   f"indexing")
+    finally:
+        for n, t in parallel.items():
+            outputs[n].copy_(t)
+    say(f"SERIAL {name}: {verdict}")
+    return f"\nSerial re-run (1 worker, no jitter, tasks in program order): {verdict}"
 
 
 def check_scalars(name: str, layer: Layer, reference_fn: Callable[..., torch.Tensor], expected: torch.Tensor,
@@ -466,8 +543,15 @@ def _nonvacuous_line(name: str, check: str, ok: bool, detail: str = "") -> None:
 
 
 def check_nonvacuous(name: str, out: torch.Tensor, checks=(FINITE, NONZERO, DIFFERS_FROM_INPUT),
-                     inputs: tuple[torch.Tensor, ...] = (), reference: torch.Tensor | None = None) -> None:
-    """One line per check: finite, not all zero, not equal to an input, reference not trivial."""
+                     inputs: tuple[torch.Tensor, ...] = (), reference: torch.Tensor | None = None, pk=None,
+                     tiled: bool = False) -> None:
+    """One line per check: finite, not all zero, not equal to an input, reference not trivial; with
+    tiled=True (and pk, whose layer wrote `out`) also that its tiling is exercised (tiling_warning)."""
+    if tiled:
+        if pk is None:
+            raise ValueError(f"check_nonvacuous('{name}', tiled=True) needs pk=, the kernel that wrote it")
+        why = tiling_warning(pk, out)
+        _nonvacuous_line(name, "tiled", not why, f"({why})" if why else "")
     if FINITE in checks:
         _nonvacuous_line(name, "finite", bool(torch.isfinite(out.float()).all()))
     if NONZERO in checks:

@@ -944,6 +944,58 @@ static void test_event_driven_dispatch() {
            g_failures == before ? "PASS" : "FAIL");
 }
 
+// The task record (abi.h, docs/profiler.md): with profile = 1 every task's worker is the one
+// assign_worker gives, 0 < ready <= begin < end, and one worker's tasks never overlap in time;
+// without profile only the worker is written. in_order (testing's serial re-run) on one worker
+// runs tasks in position order, so a task whose dependency was dropped still reads its producer's
+// value; in event order (the negative control) it runs at the pass's start and reads poison.
+static void test_task_record_and_in_order() {
+    const int before = g_failures;
+    for (int profile = 0; profile <= 1; ++profile) {
+        MpkConfig c = default_config();
+        c.num_workers = 4;
+        c.jitter = 1;
+        c.jitter_seed = 11;
+        c.profile = profile;
+        Instance in(random_dag(60, 3), c);
+        std::vector<int64_t> rec(size_t(MPK_RECORD_FIELDS) * size_t(in.cfg.num_tasks), -1);
+        in.cfg.task_record = rec.data();
+        CHECK(in.init(), "%s", in.init_error.c_str());
+        in.launch();
+        in.check_clean_run(1, "task record");
+        const mpk::exec::State& st = static_cast<mpk::host::Kernel*>(in.handle)->st;
+        std::vector<std::vector<std::pair<int64_t, int64_t>>> spans(size_t(c.num_workers));
+        for (int t = 1; t < in.cfg.num_tasks; ++t) {
+            const int64_t* r = &rec[size_t(t) * MPK_RECORD_FIELDS];
+            CHECK(r[3] == mpk::exec::assign_worker(st, 1, t), "task %d recorded on worker %lld", t, (long long)r[3]);
+            CHECK(profile ? 0 < r[0] && r[0] <= r[1] && r[1] < r[2] : r[0] == -1 && r[2] == -1,
+                  "task %d (profile %d): ready %lld begin %lld end %lld", t, profile, (long long)r[0],
+                  (long long)r[1], (long long)r[2]);
+            if (r[3] >= 0 && r[3] < c.num_workers) spans[size_t(r[3])].push_back({r[1], r[2]});
+        }
+        for (auto& w : spans) {
+            std::sort(w.begin(), w.end());
+            for (size_t i = 1; profile && i < w.size(); ++i)
+                CHECK(w[i].first >= w[i - 1].second, "two tasks of one worker overlap in time");
+        }
+    }
+    for (int in_order = 1; in_order >= 0; --in_order) {  // a -> b -> c, c's dependency dropped
+        MpkConfig c = default_config();
+        c.num_workers = 1;
+        c.in_order = in_order;
+        Instance in(chain(3), c);
+        in.built.tasks[3].dependent_event = -1;
+        CHECK(in.init(), "%s", in.init_error.c_str());
+        CHECK(in.launch() == MPK_OK, "in_order %d: %s", in_order, in.message().c_str());
+        const bool right = in.values[3] == expected_values(in.graph)[3];
+        CHECK(right == bool(in_order), "in_order %d: the task that lost its dependency read %s", in_order,
+              right ? "its producer's value" : "poison");
+    }
+    printf("task record: workers as assigned, ready <= begin < end, no overlap on a worker, times only with "
+           "profile; in_order runs a dropped dependency's task after its producer, event order before it %s\n",
+           g_failures == before ? "PASS" : "FAIL");
+}
+
 // The scheduler ring's capacity comes from the graph; a push that finds it full is a named error.
 // Shrunk to 2 slots here: task 1 completes 6 events at once while the scheduler sleeps.
 static void test_scheduler_queue_overflow() {
@@ -1151,6 +1203,7 @@ int main() {
     test_peer_wait();
     test_long_task_is_not_a_hang();
     test_event_driven_dispatch();
+    test_task_record_and_in_order();
     test_scheduler_queue_overflow();
     test_stuck_in_kernel();
     test_interrupt();
