@@ -7,7 +7,8 @@ PyPI); one rank needs no MPI. Run a multi-rank file as `mpirun -n 4 python file.
   prints the traceback (each line prefixed with the rank) and calls MPI_Abort, so an
   uncaught exception on one rank ends the whole job (as `python -m mpi4py` does). Ctrl-C
   (mpiexec forwards SIGINT) is such an exception: KeyboardInterrupt from pk(). SIGTERM ends
-  the rank at once. Both first unlink MPICH's named node segment (release_node_segments).
+  the rank at once. Both first unlink MPICH's named node segment (release_node_segments), which
+  SymmetricHeap.allocate also does once every rank has mapped it.
 - SymmetricHeap puts a kernel's symmetric tensors (io_category "nvshmem_tensor", alias
   "symmetric_tensor") and its cross-rank signal counters in one MPI shared-memory window on
   the node: every rank maps every rank's segment. Allocation and free are collective; after
@@ -166,6 +167,7 @@ class SymmetricHeap:
         self.tensors = list(tensors)
         if self.comm is not None:
             self._node.Barrier()      # every rank's counters are zero before any rank signals
+            release_node_segments()   # every rank has mapped it: even a SIGKILLed job leaves none
 
     def _map(self, size: int, layout: list, num_signal_slots: int) -> list[torch.Tensor]:
         MPI = mpi()

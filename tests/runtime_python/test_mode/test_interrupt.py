@@ -3,13 +3,15 @@ gives control back within about a second, on one rank and under mpirun.
 
     python test_interrupt.py chain       96 chained fp32 linears (a pass of about 20 s here)
     python test_interrupt.py inside      one linear task of about 15 s: it cannot be stopped
-    mpirun -n 2 python test_interrupt.py ranks    the chain plus an allreduce (symmetric memory)
+    mpirun -n 2 python test_interrupt.py ranks [symmetric]    the chain (plus an allreduce: symmetric
+                                         memory, node-shared signal counters)
 
 pytest runs each in a child process, sends SIGINT (or SIGTERM to mpiexec) once every process has
 printed LAUNCHING, and asserts the time to exit, the exit status and the messages. After the
 KeyboardInterrupt a child checks that pk() refuses to run again and that finalize() works, then
 re-raises it, as an uncaught Ctrl-C would end it. Under mpirun every rank prints its pid and the
-named /dev/shm segments it maps: after the job none of them may exist.
+named /dev/shm segments it maps once MPI is up: after the job none of them may exist (without
+symmetric memory only the signal handling of mirage/mpk/dist.py unlinks them).
 
 Negative control: with the mpk_abort call in Runtime._interruptible disabled, the chain runs to
 the end of its pass and test_sigint_stops_a_long_pass fails on the time to exit.
@@ -59,24 +61,24 @@ def running(pid: int) -> bool:
         return False
 
 
-def main(mode: str) -> None:
+def main(mode: str, symmetric: bool) -> None:
     rank, size = 0, 1
     if mode == "ranks":
         from mpi4py import MPI
         rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
     pk = PersistentKernel(**testing.cpu_config(jitter_seed=None, num_workers=2, num_local_schedulers=2,
                                                world_size=size, mpi_rank=rank))
+    testing.say(f"PID {os.getpid()} SHM {' '.join(named_shm())}")
     if mode == "inside":
         chain(pk, 1, 4096, 4096)             # one task of about 15 s
     else:
         chain(pk, LAYERS, ROWS, FEATURES)
-    if mode == "ranks":                      # symmetric memory and cross-rank signals
+    if symmetric:                            # symmetric memory and cross-rank signals
         a = pk.attach_input(torch.ones(2, 24), name="a")
         buf = pk.new_tensor((size, 2, 24), dtype=torch.float32, name="buf", io_category="symmetric_tensor")
         out = pk.attach_input(torch.zeros(2, 24), name="out")
         pk.allreduce_layer(input=a, buffer=buf, output=out, grid_dim=(1, 1, 1), block_dim=(128, 1, 1))
     pk.compile()
-    testing.say(f"PID {os.getpid()} SHM {' '.join(named_shm())}")
     testing.say("LAUNCHING")
     t0 = time.perf_counter()
     try:
@@ -152,14 +154,18 @@ def test_a_task_inside_its_kernel_is_named():
     assert "REFUSED: pk(): this kernel was interrupted" in out and "FINALIZED" in out, out
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_mpirun_job_ends_on_a_signal(sig):
+JOBS = [(signal.SIGINT, ()), (signal.SIGTERM, ()), (signal.SIGINT, ("symmetric",))]
+
+
+@pytest.mark.parametrize("sig, extra", JOBS, ids=["SIGINT", "SIGTERM", "SIGINT-symmetric"])
+def test_mpirun_job_ends_on_a_signal(sig, extra):
     """mpiexec forwards the signal to every rank: SIGINT raises KeyboardInterrupt in pk() on each, whose
     excepthook ends the job (dist.install_excepthook); SIGTERM ends each rank at once. No rank and no
     named /dev/shm segment may outlive the job."""
-    cmd = [testing.mpiexec(), "-n", "2", sys.executable, __file__, "ranks"]
+    cmd = [testing.mpiexec(), "-n", "2", sys.executable, __file__, "ranks", *extra]
     code, out, elapsed = signal_child(cmd, 2, sig, 1.0)
-    print(f"TIMING {signal.Signals(sig).name} to mpiexec -n 2 -> exit {code} after {elapsed:.2f} s")
+    print(f"TIMING {signal.Signals(sig).name} to mpiexec -n 2 {' '.join(extra)} -> exit {code} after "
+          f"{elapsed:.2f} s")
     assert code not in (0, None), out
     assert elapsed < EXIT_WITHIN_S, out
     pids, segments = [], []
@@ -179,6 +185,7 @@ def test_mpirun_job_ends_on_a_signal(sig):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or sys.argv[1] not in ("chain", "inside", "ranks"):
-        raise SystemExit(f"usage: python {sys.argv[0]} chain|inside; mpirun -n 2 python {sys.argv[0]} ranks")
-    main(sys.argv[1])
+    if not 2 <= len(sys.argv) <= 3 or sys.argv[1] not in ("chain", "inside", "ranks"):
+        raise SystemExit(f"usage: python {sys.argv[0]} chain|inside; mpirun -n 2 python {sys.argv[0]} ranks "
+                         f"[symmetric]")
+    main(sys.argv[1], sys.argv[2:] == ["symmetric"])
