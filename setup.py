@@ -67,8 +67,9 @@ setup(
     cmdclass={"build_py": build_py_with_csrc},
     python_requires=">=3.10",
     # Any recent torch: GPU machines keep their own build. README/.ci pin torch==2.13.0 (CPU).
-    # numpy: torch warns "Failed to initialize NumPy" on every import without it.
-    install_requires=["torch>=2.1", "filelock>=3.0", "numpy>=1.22"],
+    # numpy: torch warns "Failed to initialize NumPy" on every import without it; the task table's rows.
+    # orjson: task_graph_rank{R}.json of a 100k-task graph in a tenth of a second (mirage/mpk/codegen.py).
+    install_requires=["torch>=2.1", "filelock>=3.0", "numpy>=1.22", "orjson>=3.6"],
     # mpi: multi-rank runs and tests (world_size > 1); MPICH's wheel brings mpiexec, no root needed
     extras_require={"test": ["pytest>=7", "ruff"], "mpi": ["mpi4py>=4", "mpich"]},
 )

@@ -6,6 +6,8 @@ in O(log n + hits) instead of scanning every earlier task (docs/dependencies.md)
 """
 from __future__ import annotations
 
+import functools
+import operator
 from bisect import bisect_left
 from itertools import product
 
@@ -35,25 +37,37 @@ class BoxIndex:
     """Tiles (box, task id) of one access of one layer; query returns the overlapping ones."""
 
     def __init__(self, items: list[tuple[Box, int]]):
-        ndim = len(items[0][0][0]) if items else 0
-        distinct = [len({box[0][d] for box, _ in items}) for d in range(ndim)]
-        self.key = max(range(ndim), key=lambda d: distinct[d]) if ndim else 0
-        self.items = sorted(items, key=lambda it: it[0][0][self.key]) if ndim else items
-        self.starts = [box[0][self.key] for box, _ in self.items] if ndim else []
-        self.span = max((box[1][self.key] - box[0][self.key] for box, _ in self.items), default=0)
+        los = [box[0] for box, _ in items]
+        distinct = [len(set(starts)) for starts in zip(*los)]                     # per dim
+        self.key = k = max(range(len(distinct)), key=distinct.__getitem__) if distinct else 0
+        self.starts = [lo[k] for lo in los] if distinct else []
+        if self.starts != sorted(self.starts):          # tiles come in grid order: mostly sorted
+            order = sorted(range(len(items)), key=self.starts.__getitem__)
+            items, self.starts = [items[i] for i in order], [self.starts[i] for i in order]
+        self.items = items
+        self.span = max(map(operator.sub, [box[1][k] for box, _ in items], self.starts), default=0)
+
+    @functools.cached_property
+    def exact(self) -> dict[Box, int]:
+        """Tile -> task id when the tiles lie apart along the key dim (an even split), so that a query
+        equal to one of them meets only it; else empty. Built on a first query only."""
+        gaps = list(map(operator.sub, self.starts[1:], self.starts))
+        apart = self.starts and min(gaps, default=self.span) >= max(self.span, 1)
+        return {box: tid for box, tid in self.items} if apart else {}
 
     def query(self, box: Box) -> list[tuple[Box, int]]:
-        """(intersection, task id) for every tile overlapping `box`."""
+        """(intersection, task id) for every tile overlapping `box` (intersect, inlined: the hot loop
+        of graph.build and graph.verify)."""
+        if box in self.exact:
+            return [(box, self.exact[box])]
         if not self.starts:
             return [(box, tid) for _, tid in self.items] if self.items else []
-        k = self.key
-        i0 = bisect_left(self.starts, box[0][k] - self.span + 1)
-        i1 = bisect_left(self.starts, box[1][k])
+        k, (lo, hi) = self.key, box
         hits = []
-        for j in range(i0, i1):
-            tile, tid = self.items[j]
-            inter = intersect(tile, box)
-            if inter is not None:
+        for (tile_lo, tile_hi), tid in self.items[bisect_left(self.starts, lo[k] - self.span + 1):
+                                                  bisect_left(self.starts, hi[k])]:
+            inter = tuple(map(max, tile_lo, lo)), tuple(map(min, tile_hi, hi))
+            if all(map(operator.lt, *inter)):
                 hits.append((inter, tid))
         return hits
 

@@ -6,13 +6,19 @@ every graph with the same (task, dtype) variants on the CPU backend.
 """
 from __future__ import annotations
 
-import json
 import os
+from itertools import chain
 
-from .abi import EVENT_TYPES, TASK_TERMINATE
+import numpy as np
+import orjson
+
+from . import tasktable
+from .abi import TASK_TERMINATE
 from .build import compiler_for, flags
 from .graph import Graph, Task
 from .layers import Layer, task_type_of
+
+INDENT_MAX_TASKS = 2000     # larger graphs: compact (`python -m mirage.mpk inspect` summarizes them)
 
 
 class Variants:
@@ -76,45 +82,65 @@ def source(variants: Variants, backend: str, fault_injection: bool = False) -> s
     return "\n".join(lines)
 
 
-def _tile_json(tile) -> dict:
-    return {"base_ptr": tile.tensor.name, "offset": tile.offset_bytes, "data_type": tile.tensor.dtype.name,
-            "dims": list(tile.dims), "strides": list(tile.tensor.strides)}
+MPK_ONLY = {"request_id": -1, "expert_offset": -1, "kv_idx": -1, "merge_task_offset": 0, "task_offset": 0}
 
 
-def _task_json(t: Task, variants: Variants) -> dict:
-    return {"task_id": t.id, "task_type": variants.task_type(t.layer), "variant_id": variants.of(t.layer),
-            "layer": t.layer.name, "grid_coord": list(t.coord),
-            "inputs": [_tile_json(x) for x in t.inputs], "outputs": [_tile_json(x) for x in t.outputs],
-            "trigger_event": t.triggers[0], "trigger_events": list(t.triggers),
-            "dependent_event": t.event, "iparams": list(t.iparams), "fparams": list(t.layer.fparams),
-            "request_id": -1, "expert_offset": -1, "kv_idx": -1, "merge_task_offset": 0, "task_offset": 0}
+def _tile_entries(table: tasktable.TaskTable, column: np.ndarray) -> list[dict]:
+    """One tile slot of a layer's rows as JSON tiles; one dims (strides) list serves every row when
+    all rows have the same (an even split of one tensor: the common case)."""
+    ids, offsets, ndim = column["tensor"].tolist(), column["offset"].tolist(), int(column["ndim"][0])
+    dims, strides = ([a[0].tolist()] * len(a) if (a == a[0]).all() else a.tolist()
+                     for a in (column["dims"][:, :ndim], column["strides"][:, :ndim]))
+    names = {i: (table.tensors[i].name, table.tensors[i].dtype.name) for i in set(ids)}
+    return [{"base_ptr": names[i][0], "offset": off, "data_type": names[i][1], "dims": d, "strides": s}
+            for i, off, d, s in zip(ids, offsets, dims, strides)]
 
 
-def task_graph_json(graph: Graph, variants: Variants) -> dict:
+def _task_entries(table: tasktable.TaskTable, tasks: list[Task]) -> list[dict]:
+    """A layer's tasks as JSON: every field the runtime reads comes from the table's rows (tuples
+    encode as JSON arrays)."""
+    first = tasks[0]
+    rows, n_in = table.tasks[first.id:first.id + len(tasks)], len(first.inputs)
+    tiles = [_tile_entries(table, rows["tiles"][:, k]) for k in range(n_in + len(first.outputs))]
+    columns = zip(tasks, rows["task_type"].tolist(), rows["variant"].tolist(), rows["num_triggers"].tolist(),
+                  rows["trigger_events"][:, :int(rows["num_triggers"].max())].tolist(),
+                  rows["dependent_event"].tolist(), rows["iparams"][:, :len(first.iparams)].tolist(),
+                  rows["fparams"][:, :len(first.layer.fparams)].tolist(), zip(*tiles[:n_in]),
+                  zip(*tiles[n_in:]))
+    return [{"task_id": t.id, "task_type": task_type, "variant_id": variant, "layer": t.layer.name,
+             "grid_coord": t.coord, "inputs": ins, "outputs": outs, "trigger_event": triggers[0],
+             "trigger_events": triggers[:n], "dependent_event": event, "iparams": ip, "fparams": fp,
+             **MPK_ONLY} for t, task_type, variant, n, triggers, event, ip, fp, ins, outs in columns]
+
+
+def task_graph_json(graph: Graph, variants: Variants) -> bytes:
+    """task_graph_rank{R}.json, encoded once (orjson): written by write_outputs and hashed by
+    reuse.describe. Tasks and events come from the runtime's table (tasktable.of)."""
+    table = tasktable.of(graph, variants)
     terminate = {"task_id": 0, "task_type": TASK_TERMINATE, "variant_id": 0, "layer": "TERMINATE",
                  "grid_coord": [0, 0, 0], "inputs": [], "outputs": [], "trigger_event": -1,
-                 "trigger_events": [], "dependent_event": -1, "iparams": [], "fparams": [], "request_id": -1,
-                 "expert_offset": -1, "kv_idx": -1, "merge_task_offset": 0, "task_offset": 0}
-    events = [{"event_id": e.id, "event_type": EVENT_TYPES[e.kind], "kind": e.kind,
-               "num_triggers": e.num_triggers,
-               "first_task_id": e.first_task_id, "last_task_id": e.last_task_id,   # [first, last)
-               "waiters": list(e.waiters)} for e in graph.events]
-    return {"all_tasks": [terminate] + [_task_json(t, variants) for t in graph.tasks[1:]],
-            "all_events": events,
-            "first_tasks": [t.id for t in graph.tasks[1:] if t.event < 0],
-            "layers": [{"name": layer.name, "kind": layer.kind, "grid_dim": list(layer.grid),
-                        "variant": layer.cpp_function, "params": layer.params} for layer in graph.layers],
-            "coarsened_layers": list(graph.coarsened)}
+                 "trigger_events": [], "dependent_event": -1, "iparams": [], "fparams": [], **MPK_ONLY}
+    events = [{"event_id": e.id, "event_type": event_type, "kind": e.kind, "num_triggers": num_triggers,
+               "first_task_id": first, "last_task_id": last, "waiters": e.waiters}   # [first, last)
+              for e, (event_type, num_triggers, first, last) in zip(graph.events, table.events.tolist())]
+    doc = {"all_tasks": [terminate, *chain.from_iterable(_task_entries(table, b) for b in table.blocks)],
+           "all_events": events,
+           "first_tasks": (np.flatnonzero(table.tasks["dependent_event"][1:] < 0) + 1).tolist(),
+           "layers": [{"name": layer.name, "kind": layer.kind, "grid_dim": list(layer.grid),
+                       "variant": layer.cpp_function, "params": layer.params} for layer in graph.layers],
+           "coarsened_layers": list(graph.coarsened)}
+    # indented where a reader may open it; past that, a third of the bytes to encode, write and hash
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2 if len(graph.tasks) <= INDENT_MAX_TASKS else 0)
 
 
-def write_outputs(output_dir: str, rank: int, src: str, graph_json: dict) -> tuple[str, str]:
+def write_outputs(output_dir: str, rank: int, src: str, graph_json: bytes) -> tuple[str, str]:
     """Write atomically so a reader (or a second rank) never sees half a file."""
     os.makedirs(output_dir, exist_ok=True)
     cu = os.path.join(output_dir, f"test_rank{rank}.cu")
     js = os.path.join(output_dir, f"task_graph_rank{rank}.json")
-    for path, text in ((cu, src), (js, json.dumps(graph_json, indent=1))):
+    for path, data in ((cu, src.encode()), (js, graph_json)):
         tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     return cu, js

@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
-from itertools import product
+from itertools import chain, product
 
 from .boxes import Box, BoxIndex, intersect, uncovered, volume
 from .errors import GraphError
@@ -40,10 +41,6 @@ class Tile:
     def dims(self) -> tuple[int, ...]:
         return tuple(h - l for l, h in zip(*self.box))
 
-    @property
-    def offset_bytes(self) -> int:
-        return sum(l * s for l, s in zip(self.box[0], self.tensor.strides)) * self.tensor.dtype.itemsize
-
 
 @dataclass(slots=True)
 class Task:
@@ -67,7 +64,7 @@ class Task:
         return self.signal if self.signal is not None else self.layer.iparams
 
 
-@dataclass
+@dataclass(slots=True)
 class Event:
     id: int
     kind: str                     # "termination" | "launch" | "end_of_task_graph"
@@ -92,6 +89,7 @@ class Graph:
     events: list[Event]
     coarsened: list[str] = field(default_factory=list)
     num_signal_slots: int = 0
+    task_table: object = field(default=None, repr=False, compare=False)   # tasktable.of, built once
 
     @property
     def end_event(self) -> int:
@@ -106,19 +104,26 @@ class Graph:
 
 # ---- tiles ---------------------------------------------------------------------------------
 
-def tile_of(access: Access, grid: tuple[int, int, int], coord: tuple[int, int, int],
-            written: bool) -> Tile:
-    """The one place a grid coordinate becomes a tile (fused views resolve to their source)."""
+def tiler(access: Access, grid: tuple[int, int, int], written: bool):
+    """coord -> Tile for one access of a layer: the one place a grid coordinate becomes a tile
+    (fused views resolve to their source). The split sizes are worked out once per access, not
+    per task (benchmarks/compile_scaling.py)."""
     t = access.tensor
-    lo, hi = [0] * len(t.dims), list(t.dims)
-    for a, d in enumerate(access.pmap):
-        if d != NOT_SPLIT and grid[a] > 1:
-            size = t.dims[d] // grid[a]
-            lo[d], hi[d] = coord[a] * size, (coord[a] + 1) * size
-    if t.kind == FUSED:
-        src, first = map_fused_rows(t, lo[0], hi[0])
-        hi[0], lo[0], t = first + hi[0] - lo[0], first, src
-    return Tile(access.role, t, (tuple(lo), tuple(hi)), written, written and access.written)
+    splits = [(d, a, t.dims[d] // grid[a]) for a, d in enumerate(access.pmap)
+              if d != NOT_SPLIT and grid[a] > 1]
+    role, declared, fused, zeros, dims = access.role, written and access.written, t.kind == FUSED, \
+        [0] * len(t.dims), list(t.dims)
+
+    def tile(coord: tuple[int, int, int]) -> Tile:
+        lo, hi, base = zeros.copy(), dims.copy(), t
+        for d, a, size in splits:
+            lo[d] = coord[a] * size
+            hi[d] = lo[d] + size
+        if fused:
+            base, first = map_fused_rows(t, lo[0], hi[0])
+            hi[0], lo[0] = first + hi[0] - lo[0], first
+        return Tile(role, base, (tuple(lo), tuple(hi)), written, declared)
+    return tile
 
 
 def grid_coords(grid: tuple[int, int, int]):
@@ -138,9 +143,9 @@ class _Entry:
 
 
 @contextlib.contextmanager
-def _gc_paused():
-    """A 100k-task graph allocates ~10^6 acyclic objects; cyclic GC passes over them would
-    double the build time (target: about 2 s for 100k tasks, docs/dependencies.md)."""
+def gc_paused():
+    """A 100k-task graph allocates ~10^6 acyclic objects; cyclic GC passes over them would double
+    the time of each stage of compile(), which runs under one pause (benchmarks/compile_scaling.py)."""
     was = gc.isenabled()
     gc.disable()
     try:
@@ -151,7 +156,7 @@ def _gc_paused():
 
 
 def build(layers: list[Layer]) -> Graph:
-    with _gc_paused():
+    with gc_paused():
         return _build(layers)
 
 
@@ -160,14 +165,19 @@ def _build(layers: list[Layer]) -> Graph:
         raise GraphError("the kernel has no layers: add at least one *_layer before compile()")
     tasks: list[Task | None] = [None]
     history: dict[int, list[_Entry]] = {}      # base tensor id -> accesses, in program order
+    writes: dict[int, list[_Entry]] = {}       # the writes among them: all that a read depends on
     for li, layer in enumerate(layers):
         mine = []
+        in_tiles = [tiler(a, layer.grid, False) for a in layer.inputs]
+        out_tiles = [tiler(a, layer.grid, True) for a in layer.outputs]
         for coord in grid_coords(layer.grid):
-            ins = [tile_of(a, layer.grid, coord, False) for a in layer.inputs]
-            outs = [tile_of(a, layer.grid, coord, True) for a in layer.outputs]
-            task = Task(-1, layer, coord, ins, outs)
-            for tile in ins + outs:
-                task.deps |= _dependencies(history.get(tile.tensor.id, []), tile)
+            task = Task(-1, layer, coord, [f(coord) for f in in_tiles], [f(coord) for f in out_tiles])
+            for tile in task.inputs:
+                if tile.tensor.id in writes:
+                    task.deps |= _dependencies(writes[tile.tensor.id], tile)
+            for tile in task.outputs:
+                if tile.tensor.id in history:
+                    task.deps |= _dependencies(history[tile.tensor.id], tile)
             mine.append(task)
         # Numbered once its dependencies are known (they point at earlier layers only), so the
         # history holds final ids; only a coarsened layer is renumbered later (_assign_events).
@@ -175,7 +185,7 @@ def _build(layers: list[Layer]) -> Graph:
         for task in mine:
             task.id = len(tasks)
             tasks.append(task)
-        _record(history, li, layer, mine)
+        _record(history, writes, li, layer, mine)
     graph = Graph(layers, tasks, [])
     _assign_events(graph)
     _assign_signals(graph)
@@ -189,12 +199,14 @@ def _dependencies(entries: list[_Entry], tile: Tile) -> set[int]:
             continue                      # read after read: no order needed
         hits = e.index.query(tile.box)
         deps.update(tid for _, tid in hits)
-        if e.write and e.covering and sum(volume(b) for b, _ in hits) == volume(tile.box):
+        if e.write and e.covering and ((len(hits) == 1 and hits[0][0] == tile.box) or   # one covers it
+                                       sum(volume(b) for b, _ in hits) == volume(tile.box)):
             break                         # this layer overwrote the whole tile: older is ordered
     return deps
 
 
-def _record(history: dict[int, list[_Entry]], li: int, layer: Layer, tasks: list[Task]) -> None:
+def _record(history: dict[int, list[_Entry]], writes: dict[int, list[_Entry]], li: int, layer: Layer,
+            tasks: list[Task]) -> None:
     groups: dict[tuple[int, bool, bool], list[tuple[Box, int]]] = {}
     for task in tasks:
         for tile in task.inputs + task.outputs:
@@ -208,7 +220,10 @@ def _record(history: dict[int, list[_Entry]], li: int, layer: Layer, tasks: list
             _check_no_cross_task_rw(layer, tasks, index, indexes[(tid, True, True)])
     # Reads are recorded before writes: within a task, reads happen first.
     for (tid, write, covering), index in sorted(indexes.items(), key=lambda kv: kv[0][1]):
-        history.setdefault(tid, []).append(_Entry(li, write, covering, index))
+        entry = _Entry(li, write, covering, index)
+        history.setdefault(tid, []).append(entry)
+        if write:
+            writes.setdefault(tid, []).append(entry)
 
 
 def _check_no_cross_task_rw(layer: Layer, tasks: list[Task], reads: BoxIndex, writes: BoxIndex) -> None:
@@ -284,15 +299,18 @@ def _assign_events(graph: Graph) -> None:
     tasks = graph.tasks
     layer_index = {id(layer): li for li, layer in enumerate(graph.layers)}
     while True:
+        consumers = Counter(chain.from_iterable(t.deps for t in tasks[1:]))    # >= each one's fan-out
+        if max(consumers.values(), default=0) <= MAX_TRIGGERS:
+            break
         fan_out: dict[int, set[tuple[int, frozenset]]] = {}
         for t in tasks[1:]:
             if t.deps:
                 key = (layer_index[id(t.layer)], frozenset(t.deps))
                 for p in t.deps:
                     fan_out.setdefault(p, set()).add(key)
-        worst = max(fan_out, key=lambda p: len(fan_out[p]), default=None)
-        if worst is None or len(fan_out[worst]) <= MAX_TRIGGERS:
+        if max(map(len, fan_out.values()), default=0) <= MAX_TRIGGERS:
             break
+        worst = max(fan_out, key=lambda p: len(fan_out[p]))
         _coarsen(graph, worst, fan_out[worst])
     if graph.coarsened:
         _renumber_coarsened(graph)
@@ -363,7 +381,7 @@ def _coarsen(graph: Graph, producer: int, keys: set[tuple[int, frozenset]]) -> N
 
 def verify(graph: Graph) -> None:
     """Check the graph that will run (events and triggers, not the builder's deps)."""
-    with _gc_paused():
+    with gc_paused():
         _verify(graph)
 
 
@@ -390,17 +408,17 @@ def _verify(graph: Graph) -> None:
             names = ", ".join(t.label for t in got[:6])
             raise GraphError(f"event {e.id} ({e.kind}) has num_triggers={e.num_triggers} but "
                              f"{len(got)} tasks trigger it: {names}")
-    leaves = [t for t in tasks if not any(e != n_events - 1 for e in t.triggers)]
-    for t in leaves:
-        if n_events - 1 not in t.triggers:
-            raise GraphError(f"task {t.label} triggers nothing: a leaf must trigger END_OF_TASK_GRAPH")
-    deps = {t.id: {p.id for p in triggered[t.event]} if t.event > 0 else set() for t in tasks}
-    _check_acyclic(graph, deps)
-    for t in tasks:
-        for p in deps[t.id]:
-            if p >= t.id:
-                raise GraphError(f"event {t.event}: trigger task {graph.tasks[p].label} (id {p}) does not "
-                                 f"come before waiter {t.label} (id {t.id}); ids must be topological")
+    bare = next((t for t in tasks if not t.triggers), None)      # a leaf whose triggers lack END
+    if bare is not None:
+        raise GraphError(f"task {bare.label} triggers nothing: a leaf must trigger END_OF_TASK_GRAPH")
+    waits_for = {e: {p.id for p in got} for e, got in triggered.items()}      # one set per event
+    deps = {t.id: waits_for[t.event] if t.event > 0 else set() for t in tasks}
+    late = next(((p, t) for t in tasks for p in deps[t.id] if p >= t.id), None)
+    if late is not None:              # a cycle, named, or else ids out of topological order
+        _check_acyclic(graph, deps)   # (in id order, no cycle is possible: no search otherwise)
+        p, t = late
+        raise GraphError(f"event {t.event}: trigger task {graph.tasks[p].label} (id {p}) does not "
+                         f"come before waiter {t.label} (id {t.id}); ids must be topological")
     index = _AccessIndex(graph)
     _check_reads_covered(graph, deps, index)
     _check_overwrites_ordered(graph, deps, index)
@@ -474,10 +492,11 @@ class _AccessIndex:
                     groups.setdefault((tile.tensor.id, li, True), []).append((tile.box, t.id))
         self.boxes = {key: BoxIndex(items) for key, items in groups.items()}
         self.layers: dict[int, list[int]] = {}      # tensor id -> layers touching it, descending
-        for tid, li, _ in self.boxes:
-            self.layers.setdefault(tid, []).append(li)
-        for tid in self.layers:
-            self.layers[tid] = sorted(set(self.layers[tid]), reverse=True)
+        self.writers: dict[int, list[int]] = {}     # tensor id -> layers writing it, descending
+        for tid, li, write in sorted(self.boxes, reverse=True):
+            for found in (self.layers, self.writers) if write else (self.layers,):
+                if found.setdefault(tid, [])[-1:] != [li]:
+                    found[tid].append(li)
 
     def query(self, tensor: int, layer: int, write: bool, box: Box) -> list[tuple[Box, int]]:
         index = self.boxes.get((tensor, layer, write))
@@ -490,8 +509,8 @@ def _check_reads_covered(graph: Graph, deps: dict[int, set[int]], index: _Access
         me = index.layer_of[id(t.layer)]
         for tile in t.inputs:
             tid = tile.tensor.id
-            hits = [h for li in index.layers.get(tid, []) if li < me
-                    for h in index.query(tid, li, True, tile.box)]
+            hits = [h for li in index.writers.get(tid, ()) if li < me
+                    for h in index.boxes[(tid, li, True)].query(tile.box)]
             missing = [b for b, p in hits if p not in deps[t.id]]
             if not missing:
                 continue

@@ -303,6 +303,7 @@ class PersistentKernel:
                                       f"yet; attach CPU tensors to use the CPU backend")
         return device_type
 
+    @graph_mod.gc_paused()     # the graph's ~10 objects per task: no cyclic-GC pass over them mid-compile
     def compile(self, **kwargs) -> None:
         """Verify the graph, write test_rank{R}.cu / task_graph_rank{R}.json, build, load.
 
@@ -321,6 +322,7 @@ class PersistentKernel:
             log.info("kept the module for load_mpk_kernel(): %s", kept["module"])
         self._start(self.build.path, graph, variants)
 
+    @graph_mod.gc_paused()
     def load_mpk_kernel(self, output_dir: str, **kwargs) -> None:
         """Run a module kept by an earlier compile(output_dir=...) of the same graph; no compiler runs.
 

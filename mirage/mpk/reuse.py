@@ -18,7 +18,7 @@ import shutil
 from .build import sha256_file
 from .errors import MPKRuntimeError
 
-FORMAT = 1
+FORMAT = 2          # 2: graph_sha256 hashes the JSON file's bytes (1: a re-encoding with sorted keys)
 # What must agree between compile and load: the module's identity, how it was built, the graph.
 _MODULE_KEYS = ("format", "abi_version", "backend", "source_sha256", "csrc_sha256", "test_mode", "sanitize",
                 "fault_injection")
@@ -32,12 +32,12 @@ def paths(output_dir: str, rank: int) -> dict[str, str]:
             "graph": os.path.join(output_dir, f"task_graph_rank{rank}.json")}
 
 
-def graph_sha256(graph_json: dict) -> str:
-    """A hash of the task graph as written to task_graph_rank{R}.json (key order fixed)."""
-    return hashlib.sha256(json.dumps(graph_json, sort_keys=True).encode()).hexdigest()
+def graph_sha256(graph_json: bytes) -> str:
+    """A hash of task_graph_rank{R}.json's bytes (codegen.task_graph_json encodes in a fixed order)."""
+    return hashlib.sha256(graph_json).hexdigest()
 
 
-def describe(pk, graph_json: dict, src: str, csrc_sha256: str, abi_version: int,
+def describe(pk, graph_json: bytes, src: str, csrc_sha256: str, abi_version: int,
              fault_injection: bool) -> dict:
     """The metadata of a kernel: module identity, build flags, graph, tensors and layers, MPK's config."""
     p = pk.params

@@ -11,9 +11,10 @@ import ctypes as C
 import re
 import threading
 
+import numpy as np
 import torch
 
-from . import abi, faults
+from . import abi, faults, tasktable
 from .codegen import Variants
 from .errors import MPKHangError, MPKRuntimeError
 from .faults import Fault
@@ -21,41 +22,20 @@ from .graph import Graph
 from .tensor import DTensor
 
 
-def _task_struct(task, variants: Variants) -> abi.MpkTask:
-    s = abi.MpkTask()
-    s.task_type = variants.task_type(task.layer)
-    s.variant = variants.of(task.layer)
-    s.num_inputs, s.num_outputs = len(task.inputs), len(task.outputs)
-    s.dependent_event = task.event
-    s.num_triggers = len(task.triggers)
-    for i, e in enumerate(task.triggers):
-        s.trigger_events[i] = e
-    for i, v in enumerate(task.iparams):
-        s.iparams[i] = v
-    for i, v in enumerate(task.layer.fparams):
-        s.fparams[i] = v
-    for k, tile in enumerate(task.inputs + task.outputs):
-        st = s.tiles[k]
-        st.tensor, st.ndim, st.offset = tile.tensor.id, len(tile.dims), tile.offset_bytes
-        for d in range(abi.MAX_DIMS):
-            st.dims[d] = tile.dims[d] if d < len(tile.dims) else 1
-            st.strides[d] = tile.tensor.strides[d] if d < len(tile.dims) else 0
-    return s
-
-
-def _inject(fault: Fault, graph: Graph, tasks, config: dict) -> None:
-    """Runtime kinds go to the config; table kinds edit the faulted task's entry."""
+def _inject(fault: Fault, graph: Graph, tasks: np.ndarray, config: dict) -> None:
+    """Runtime kinds go to the config; table kinds edit the faulted task's row (of a copy: the
+    JSON and any other runtime of this graph read the kernel's own table)."""
     victim = faults.locate(fault, graph)
     if fault.kind in faults.RUNTIME_KINDS:
         config.update(fault_kind=faults.RUNTIME_KINDS[fault.kind], fault_task=victim,
                       fault_amount=fault.amount, fault_element=fault.element)
     elif fault.kind == "drop_dependency":
-        tasks[victim].dependent_event = -1
+        tasks[victim]["dependent_event"] = -1
     else:  # wrong_tile: write where the neighbour writes, leaving the own tile unwritten
-        other = tasks[faults.neighbour(graph, victim)]
-        first_out = tasks[victim].num_inputs
-        for j in range(tasks[victim].num_outputs):
-            tasks[victim].tiles[first_out + j].offset = other.tiles[first_out + j].offset
+        other = faults.neighbour(graph, victim)
+        first = tasks[victim]["num_inputs"]
+        outputs = slice(first, first + tasks[victim]["num_outputs"])
+        tasks["tiles"][victim, outputs]["offset"] = tasks["tiles"][other, outputs]["offset"]
 
 
 def _names(tasks: list, limit: int = 8) -> str:
@@ -72,24 +52,19 @@ class Runtime:
         self.lib = C.CDLL(so_path)
         abi.declare(self.lib)
         abi.check_layout(self.lib, so_path)
-        tasks = (abi.MpkTask * len(graph.tasks))()
-        tasks[0].task_type = abi.TASK_TERMINATE
-        tasks[0].dependent_event = -1
-        for t in graph.tasks[1:]:
-            tasks[t.id] = _task_struct(t, variants)
-        config = dict(config)
+        table = tasktable.of(graph, variants)
+        tasks, config = table.tasks, dict(config)
         if fault is not None:
+            tasks = tasks.copy()
             _inject(fault, graph, tasks, config)
-        events = (abi.MpkEvent * len(graph.events))()
-        for e in graph.events:
-            events[e.id] = abi.MpkEvent(abi.EVENT_TYPES[e.kind], e.num_triggers,   # waiters: [first, last)
-                                        e.first_task_id, e.last_task_id)
         ptrs = (C.c_void_p * len(tensors))(*[t.data.data_ptr() for t in tensors])
         m = abi.MpkMeta(**{k: meta[k].data_ptr() for k in abi.META_FIELDS})
         cfg = abi.MpkConfig(abi_version=abi.ABI_VERSION, num_tasks=len(graph.tasks),
                             num_events=len(graph.events), num_tensors=len(tensors), **config)
         err = C.create_string_buffer(4096)
-        self.handle = self.lib.mpk_init(C.byref(cfg), tasks, events, ptrs, C.byref(m), err, len(err))
+        self.handle = self.lib.mpk_init(C.byref(cfg), tasks.ctypes.data_as(C.POINTER(abi.MpkTask)),
+                                        table.events.ctypes.data_as(C.POINTER(abi.MpkEvent)), ptrs,
+                                        C.byref(m), err, len(err))
         if not self.handle:
             raise MPKRuntimeError(f"the runtime rejected the kernel: {err.value.decode(errors='replace')}")
         self.num_workers = config["num_workers"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from .boxes import volume
 from .errors import MPKUnwrittenError
 from .graph import Graph
 
@@ -48,13 +49,18 @@ class Watched:
         self.tiles = [(t, tile) for t in graph.tasks[1:] for tile in t.outputs
                       if tile.declared and tile.tensor.id in targets]
         by_tensor: dict[int, list] = {}
-        for _, tile in self.tiles:
-            by_tensor.setdefault(tile.tensor.id, []).append(tile)
+        for t, tile in self.tiles:
+            by_tensor.setdefault(tile.tensor.id, []).append(((t.layer.name, tile.role), tile))
         self.regions = []                     # (tensor, mask or None for all of it)
-        for tiles in by_tensor.values():
-            tensor = tiles[0].tensor
+        for pairs in by_tensor.values():
+            tensor, per_access = pairs[0][1].tensor, {}
+            for access, tile in pairs:        # one output's tiles in a layer are disjoint (check_splits)
+                per_access[access] = per_access.get(access, 0) + volume(tile.box)
+            if max(per_access.values()) == volume(((0,) * len(tensor.dims), tensor.dims)):
+                self.regions.append((tensor, None))       # one output covers all of it: no mask to build
+                continue
             mask = torch.zeros(tensor.dims, dtype=torch.bool)
-            for tile in tiles:
+            for _, tile in pairs:
                 mask[_slices(tile.box)] = True
             whole = bool(mask.all())
             self.regions.append((tensor, None if whole else mask.to(tensor.data.device)))

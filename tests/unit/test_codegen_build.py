@@ -260,7 +260,7 @@ def test_variants_are_per_kernel(tmp_path):
     assert codegen.Variants(a.layers).cases == va.cases
     assert codegen.source(codegen.Variants(a.layers), "cpu") == codegen.source(va, "cpu")
 
-    doc = codegen.task_graph_json(graph_mod.build(a.layers), va)
+    doc = json.loads(codegen.task_graph_json(graph_mod.build(a.layers), va))
     assert [(t["layer"], t["variant_id"]) for t in doc["all_tasks"][1:]] == (
         [("identity_0", 0)] * 2 + [("rmsnorm_1", 1)] * 2 + [("identity_2", 0)] * 4)
 

@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from mirage.mpk import layers, runtime, testing
+from mirage.mpk import layers, tasktable, testing
 from mirage.mpk.errors import MPKRuntimeError
 from mirage.mpk.persistent_kernel import PersistentKernel
 
@@ -154,15 +154,14 @@ def test_finalize_on_collection_and_as_context_manager():
 
 def test_a_variant_the_module_lacks_fails_the_launch(monkeypatch):
     """The generated dispatcher's default case is an error naming the task, not a silent no-op."""
-    real = runtime._task_struct
+    real = tasktable.TaskTable.__init__
 
-    def bad_variant(task, variants):
-        s = real(task, variants)
-        if task.layer.kind == "identity" and task.coord == (1, 0, 0):
-            s.variant = 57
-        return s
+    def bad_variant(table, graph, variants):
+        real(table, graph, variants)
+        victim = next(t for t in graph.tasks[1:] if t.layer.kind == "identity" and t.coord == (1, 0, 0))
+        table.tasks[victim.id]["variant"] = 57
 
-    monkeypatch.setattr(runtime, "_task_struct", bad_variant)
+    monkeypatch.setattr(tasktable.TaskTable, "__init__", bad_variant)
     pk = PersistentKernel(**testing.cpu_config(jitter_seed=None))
     rmsnorm_identity(pk, True, testing.generator())
     pk.compile()
