@@ -6,6 +6,8 @@ through the ctypes layout of mirage/mpk/abi.py that abi.check_layout just checke
 module) and compared with the JSON decoded by the standard library: task types, variants, events
 waited on and triggered, iparams and fparams, and every tile's tensor, byte offset, dims and
 strides, then every event. The JSON is also checked against the graph (ids, layers, coordinates).
+A hand-made graph adds what random DAGs lack: a fused view (one tile slot's tensor differs per
+task) and two allreduce layers sharing a buffer (per-task iparams).
 
 Negative controls: the runtime's copy drifts by one field, through the fault injection that edits
 the table (drop_dependency: the event waited on; wrong_tile: output offsets) and by editing one
@@ -20,7 +22,9 @@ import os
 import random
 
 import pytest
+import torch
 
+import mirage
 from mirage.mpk import abi, testing
 from mirage.mpk.faults import Fault
 from mirage.mpk.persistent_kernel import PersistentKernel
@@ -31,8 +35,8 @@ SEEDS = (3, 11, 29)
 
 
 def compile_capturing(dag, tmp_path, monkeypatch, fault: Fault | None = None):
-    """Compile the DAG with output_dir; return (pk, decoded JSON, copies of the task and event rows
-    that mpk_init received)."""
+    """Compile the DAG (a random DAG, or a function declaring layers on a PersistentKernel) with
+    output_dir; return (pk, decoded JSON, copies of the task and event rows mpk_init received)."""
     seen = {}
     real_declare = abi.declare
 
@@ -48,7 +52,7 @@ def compile_capturing(dag, tmp_path, monkeypatch, fault: Fault | None = None):
         lib.mpk_init = init
     monkeypatch.setattr(abi, "declare", spy_declare)
     pk = PersistentKernel(**testing.cpu_config(jitter_seed=None, fault=fault))
-    dags.declare(pk, dag, dags._new_tensor)
+    dag(pk) if callable(dag) else dags.declare(pk, dag, dags._new_tensor)
     pk.compile(output_dir=str(tmp_path))
     with open(pk.output_files[1]) as f:
         doc = json.load(f)
@@ -116,6 +120,32 @@ def test_json_and_runtime_table_agree_on_a_random_graph(seed, tmp_path, monkeypa
     tiles = sum(t.num_inputs + t.num_outputs for t in tasks)
     print(f"TABLE seed {seed}: {len(tasks)} tasks, {tiles} tiles, {len(events)} events: "
           f"JSON == runtime table PASS")
+    pk.finalize()
+
+
+def fused_and_signalled(pk) -> None:
+    """What random DAGs lack: a fused view (tiles resolve to different source tensors, so the tensor
+    ids of one tile slot differ per task) and allreduce layers sharing a buffer (per-task iparams)."""
+    x = pk.attach_input(torch.randn(4, 64), name="x")
+    gate, up = (pk.attach_input(torch.randn(96, 64), name=name) for name in ("gate", "up"))
+    fused = pk.fuse_tensors([gate, up], fused_dim=0, num_groups=3, name="w_f")
+    y, mid, out = (pk.attach_input(torch.zeros(4, 192), name=name) for name in ("y", "mid", "out"))
+    pk.linear_layer(input=x, weight=fused, output=y, grid_dim=(6, 1, 1), block_dim=dags.BLOCK)
+    buf = pk.new_tensor((1, 4, 192), dtype=mirage.float32, name="buf", io_category="nvshmem_tensor")
+    pk.allreduce_layer(input=y, buffer=buf, output=mid, grid_dim=(4, 1, 1), block_dim=dags.BLOCK)
+    pk.allreduce_layer(input=mid, buffer=buf, output=out, grid_dim=(4, 1, 1), block_dim=dags.BLOCK)
+
+
+def test_json_and_runtime_table_agree_on_fused_views_and_signals(tmp_path, monkeypatch):
+    pk, doc, tasks, events = compile_capturing(fused_and_signalled, tmp_path, monkeypatch)
+    matches_graph(pk, doc)
+    problems = disagreements(pk, doc, tasks, events)
+    assert not problems, "\n".join(problems[:20])
+    sources = {tasks[t.id].tiles[1].tensor for t in pk.graph.tasks[1:] if t.layer.kind == "linear"}
+    uses = [list(tasks[t.id].iparams[:3]) for t in pk.graph.tasks[1:] if t.layer.kind == "allreduce"]
+    assert sources == {pk.tensors["gate"].id, pk.tensors["up"].id} and [1, 0, 2] in uses and [1, 1, 2] in uses
+    print(f"TABLE fused view (weight tensors {sorted(sources)}) and shared-buffer allreduce (iparams "
+          f"{uses[:2]} ...): JSON == runtime table PASS")
     pk.finalize()
 
 
