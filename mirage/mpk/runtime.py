@@ -65,6 +65,7 @@ class Runtime:
         self.handle = self.lib.mpk_init(C.byref(cfg), tasks.ctypes.data_as(C.POINTER(abi.MpkTask)),
                                         table.events.ctypes.data_as(C.POINTER(abi.MpkEvent)), ptrs,
                                         C.byref(m), err, len(err))
+        graph.task_table = None     # mpk_init copied the rows (744 bytes a task): free ours
         if not self.handle:
             raise MPKRuntimeError(f"the runtime rejected the kernel: {err.value.decode(errors='replace')}")
         self.num_workers = config["num_workers"]

@@ -66,8 +66,9 @@ class TaskTable:
 
 
 def of(graph: Graph, variants) -> TaskTable:
-    """The graph's table for this variant numbering, built on first use and kept on the graph: the
-    JSON (codegen.task_graph_json) and every runtime of the kernel read the same rows."""
+    """The graph's table for this variant numbering, built on first use and kept on the graph until a
+    runtime has copied it (Runtime.__init__): the JSON (codegen.task_graph_json) and the runtime read
+    the same rows."""
     if graph.task_table is None or graph.task_table.variants is not variants:
         graph.task_table = TaskTable(graph, variants)
     return graph.task_table
