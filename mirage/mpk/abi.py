@@ -84,6 +84,9 @@ def declare(lib: C.CDLL) -> None:
     lib.mpk_finalize.argtypes = [P]
     lib.mpk_finalize.restype = None
     lib.mpk_abort.argtypes = [P]
+    if hasattr(lib, "mpk_launch_async"):       # CUDA modules: a launch on the caller's stream
+        lib.mpk_launch_async.argtypes = [P, P]
+        lib.mpk_wait.argtypes = [P]
 
 
 def check_layout(lib: C.CDLL, path: str) -> None:

@@ -14,7 +14,7 @@ import orjson
 
 from . import tasktable
 from .abi import TASK_TERMINATE
-from .build import compiler_for, flags
+from .build import flags
 from .graph import Graph, Task
 from .layers import Layer, task_type_of
 
@@ -44,7 +44,9 @@ class Variants:
 
 def build_flags_hint(backend: str, fault_injection: bool) -> list[str]:
     """The compile command of build.py, for the generated file's header (test mode adds -DMPK_TEST_MODE)."""
-    return [compiler_for(backend), *flags(backend, False, "", fault_injection)]
+    # fixed names, not MPK_CXX / MPK_NVCC: the source (and so its cache key and kept-kernel checks)
+    # must not depend on the environment
+    return ["g++" if backend == "cpu" else "nvcc", *flags(backend, False, "", fault_injection)]
 
 
 def source(variants: Variants, backend: str, fault_injection: bool = False) -> str:

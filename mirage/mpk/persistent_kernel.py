@@ -298,9 +298,6 @@ class PersistentKernel:
         device_type = self.device.type if self.device is not None else "cpu"
         if self.backend not in ("auto", device_type):
             raise ValueError(f"backend={self.backend!r} but the attached tensors are on {device_type}")
-        if device_type != "cpu":
-            raise NotImplementedError(f"tensors are on {device_type}: the CUDA executor is not implemented "
-                                      f"yet; attach CPU tensors to use the CPU backend")
         return device_type
 
     @graph_mod.gc_paused()     # the graph's ~10 objects per task: no cyclic-GC pass over them mid-compile
@@ -314,7 +311,11 @@ class PersistentKernel:
         if output_dir:
             self.output_files = codegen.write_outputs(output_dir, self.mpi_rank, src, graph_json)
             log.info("wrote %s and %s", *self.output_files)
-        self.build = build_mod.compile_module(src, self.device.type, self.test_mode, self.sanitize, injecting)
+        self.build = build_mod.compile_module(src, self.device.type, self.test_mode, self.sanitize, injecting,
+                                              self.target_cc, what=", ".join(variants.cases))
+        if self.device.type == "cpu" and os.environ.get("MPK_ALSO_BUILD_CUDA"):  # gpu_check.sh --prepare:
+            build_mod.compile_module(codegen.source(variants, "cuda", injecting), "cuda",  # the CUDA module
+                                     self.test_mode, "", injecting, int(os.environ["MPK_ALSO_BUILD_CUDA"]))
         if output_dir:
             meta = reuse.describe(self, graph_json, src, build_mod.headers_digest(build_mod.csrc_dir()),
                                   abi.ABI_VERSION, injecting)
@@ -434,6 +435,9 @@ class PersistentKernel:
             for k, v in self._meta_at_first_launch.items():
                 self.meta_tensors[k].copy_(v)
             self._watched.poison()
+        if self.device.type == "cuda" and not self.test_mode:   # enqueue on the caller's stream, return
+            stream = kwargs.get("default_stream") or torch.cuda.current_stream(self.device)
+            return self._runtime.launch_async(stream.cuda_stream)
         try:
             passes = self._runtime.launch()
         except KeyboardInterrupt:
@@ -503,7 +507,11 @@ class PersistentKernel:
         self._finalized = True
 
     def wait(self) -> None:
-        """Synchronize with the last launch (launches on the CPU backend already block)."""
+        """Synchronize with the last launch: a CUDA launch outside test mode returns at once (pk() is
+        asynchronous there); launches on the CPU backend and in test mode already block."""
+        if self._runtime is not None and self.device is not None and self.device.type == "cuda":
+            self.passes = self._runtime.wait()
+            self._export_trace()
 
     def __enter__(self) -> PersistentKernel:
         return self

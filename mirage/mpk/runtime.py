@@ -74,13 +74,7 @@ class Runtime:
     def launch(self) -> int:
         """Run to termination; return the number of graph passes, or raise with a report. Ctrl-C stops
         the workers between tasks (mpk_abort) and raises KeyboardInterrupt; `interrupted` is then set."""
-        status = self._interruptible(self.lib.mpk_launch)
-        if status == abi.HANG:
-            raise MPKHangError(self.hang_report())
-        if status == abi.STUCK:   # a task inside its kernel past stuck_s: the message names it
-            raise MPKHangError(self.name_tasks(self.error_message()))
-        if status != abi.OK:
-            raise MPKRuntimeError(f"launch failed (status {status}): {self.name_tasks(self.error_message())}")
+        self._check(self._interruptible(self.lib.mpk_launch))
         return self.lib.mpk_iterations(self.handle)
 
     def _interruptible(self, entry) -> int:
@@ -104,6 +98,24 @@ class Runtime:
                 from None
         return out[0]
 
+    def launch_async(self, stream: int) -> None:
+        """CUDA modules only: enqueue one launch on `stream` (a cudaStream_t); wait() collects it."""
+        self._check(self.lib.mpk_launch_async(self.handle, C.c_void_p(stream)))
+
+    def wait(self) -> int:
+        """CUDA modules only: wait for the launch in flight (the watchdog runs meanwhile); passes run."""
+        self._check(self._interruptible(self.lib.mpk_wait))
+        return self.lib.mpk_iterations(self.handle)
+
+    def _check(self, status: int) -> None:
+        """A launch's status as an exception naming layers and tiles (nothing for MPK_OK)."""
+        if status == abi.HANG:
+            raise MPKHangError(self.hang_report())
+        if status == abi.STUCK:   # a task inside its kernel past stuck_s: the message names it
+            raise MPKHangError(self.name_tasks(self.error_message()))
+        if status != abi.OK:
+            raise MPKRuntimeError(f"launch failed (status {status}): {self.name_tasks(self.error_message())}")
+
     def name_tasks(self, message: str) -> str:
         """'task 4' in a runtime message -> "task 4 = 'linear_1'(0, 2, 0)": layers and grid coordinates."""
         def label(m: re.Match) -> str:
@@ -119,20 +131,19 @@ class Runtime:
         self.lib.mpk_error_message(self.handle, buf, len(buf))
         return buf.value.decode(errors="replace")
 
+    def _read(self, entry, kind, n: int) -> list:
+        """One of the module's array getters (entry(handle, out, n) -> count) as a list."""
+        out = (kind * n)()
+        return list(out[:max(0, min(n, entry(self.handle, out, n)))])
+
     def snapshot(self) -> list[abi.MpkWorkerState]:
-        out = (abi.MpkWorkerState * self.num_workers)()
-        n = self.lib.mpk_snapshot(self.handle, out, self.num_workers)
-        return list(out[:n])
+        return self._read(self.lib.mpk_snapshot, abi.MpkWorkerState, self.num_workers)
 
     def event_counters(self) -> list[int]:
-        out = (C.c_int64 * len(self.graph.events))()
-        self.lib.mpk_event_counters(self.handle, out, len(out))
-        return list(out)
+        return self._read(self.lib.mpk_event_counters, C.c_int64, len(self.graph.events))
 
     def task_progress(self) -> list[int]:
-        out = (C.c_int64 * len(self.graph.tasks))()
-        self.lib.mpk_task_progress(self.handle, out, len(out))
-        return list(out)
+        return self._read(self.lib.mpk_task_progress, C.c_int64, len(self.graph.tasks))
 
     def hang_report(self) -> str:
         """The events of the running pass that never fired (with the layer and tiles waiting on each,

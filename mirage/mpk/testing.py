@@ -610,8 +610,9 @@ def generator(offset: int = 0) -> torch.Generator:
 
 
 def randn(shape, dtype=float32, gen: torch.Generator | None = None, scale: float = 1.0) -> torch.Tensor:
-    d = to_dtype(dtype)
-    return (torch.randn(*shape, generator=gen or generator(), dtype=torch.float32) * scale).to(d.torch)
+    # drawn on the CPU generator, then moved: the same numbers on every backend (torch's default device)
+    x = torch.randn(*shape, generator=gen or generator(), dtype=torch.float32, device="cpu") * scale
+    return x.to(device=torch.get_default_device(), dtype=to_dtype(dtype).torch)
 
 
 def load_reference(test_file: str, name: str = "pytorch_reference"):

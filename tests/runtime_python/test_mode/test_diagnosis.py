@@ -13,7 +13,6 @@ out, on several workers with schedule jitter. Negative controls, each classified
 
 Run: python tests/runtime_python/test_mode/test_diagnosis.py   (or pytest this file)
 """
-import os
 
 import pytest
 import torch
@@ -22,30 +21,15 @@ from mirage.mpk import testing
 from mirage.mpk.faults import Fault
 from mirage.mpk.persistent_kernel import PersistentKernel
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REF = {name: testing.load_reference(os.path.join(HERE, "..", name, "pytorch_reference.py"))
-       for name in ("rmsnorm", "linear", "elementwise_add")}
-BLOCK = (128, 1, 1)
-ROWS, HIDDEN, OUT = 6, 96, 48
+NC = testing.load_reference(__file__, name="test_negative_controls")   # the graph and its inputs
+REF, BLOCK = NC.REF, NC.BLOCK
 
 
 def chain(fault=None, jitter=5, workers=None):
     """The graph, compiled and run once (finalized, as the layer tests leave it): (pk, out, r)."""
-    gen = testing.generator(offset=78)
-    x, w = testing.randn((ROWS, HIDDEN), torch.float32, gen), testing.randn((HIDDEN,), torch.float32, gen)
-    W = testing.randn((OUT, HIDDEN), torch.float32, gen, scale=HIDDEN ** -0.5)
-    r = testing.randn((ROWS, OUT), torch.float32, gen)
+    x, w, W, r = NC.inputs(offset=78)
     extra = {"num_workers": workers} if workers else {}
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **extra), fault=fault)
-    out = torch.zeros(ROWS, OUT)
-    xd, wd, Wd, rd = (pk.attach_input(t, name=n) for t, n in ((x, "x"), (w, "w"), (W, "W"), (r, "r")))
-    yd = pk.new_tensor((ROWS, HIDDEN), dtype=torch.float32, name="y")
-    zd = pk.new_tensor((ROWS, OUT), dtype=torch.float32, name="z")
-    od = pk.attach_input(out, name="out")
-    pk.rmsnorm_layer(input=xd, weight=wd, output=yd, grid_dim=(3, 1, 1), block_dim=BLOCK)
-    pk.linear_layer(input=yd, weight=Wd, output=zd, grid_dim=(4, 1, 1), block_dim=BLOCK)
-    pk.elementwise_add_layer(input_a=zd, input_b=rd, output=od, grid_dim=(2, 2, 1), block_dim=BLOCK)
-    pk.compile()
+    pk, out = NC.build(x, w, W, r, **testing.cpu_config(jitter_seed=jitter, **extra), fault=fault)
     pk()
     pk.finalize()
     return pk, out, r

@@ -32,20 +32,16 @@ BLOCK = (128, 1, 1)
 ROWS, HIDDEN, OUT = 6, 96, 48
 
 
-def inputs():
-    gen = testing.generator(offset=77)
+def inputs(offset: int = 77):
+    gen = testing.generator(offset=offset)
     return (testing.randn((ROWS, HIDDEN), torch.float32, gen), testing.randn((HIDDEN,), torch.float32, gen),
             testing.randn((OUT, HIDDEN), torch.float32, gen, scale=HIDDEN ** -0.5),
             testing.randn((ROWS, OUT), torch.float32, gen))
 
 
-def run(fault=None, jitter=0, watchdog_s=30.0):
-    """Build, compile and run the graph; return {tensor name: (kernel value, expected, budget)}.
-
-    Each layer is checked against its reference applied to the kernel's own inputs, with that
-    layer's budget: tight, and a consumer that read its input too early cannot hide."""
-    x, w, W, r = inputs()
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter), watchdog_s=watchdog_s, fault=fault)
+def build(x, w, W, r, **params) -> tuple[PersistentKernel, torch.Tensor]:
+    """The graph on these inputs, compiled (not run): (pk, out). Also used by test_diagnosis.py."""
+    pk = PersistentKernel(**params)
     out = torch.zeros(ROWS, OUT)
     xd, wd, Wd, rd = (pk.attach_input(t, name=n) for t, n in ((x, "x"), (w, "w"), (W, "W"), (r, "r")))
     yd = pk.new_tensor((ROWS, HIDDEN), dtype=torch.float32, name="y")
@@ -55,6 +51,16 @@ def run(fault=None, jitter=0, watchdog_s=30.0):
     pk.linear_layer(input=yd, weight=Wd, output=zd, grid_dim=(4, 1, 1), block_dim=BLOCK)
     pk.elementwise_add_layer(input_a=zd, input_b=rd, output=od, grid_dim=(2, 2, 1), block_dim=BLOCK)
     pk.compile()
+    return pk, out
+
+
+def run(fault=None, jitter=0, watchdog_s=30.0):
+    """Build, compile and run the graph; return {tensor name: (kernel value, expected, budget)}.
+
+    Each layer is checked against its reference applied to the kernel's own inputs, with that
+    layer's budget: tight, and a consumer that read its input too early cannot hide."""
+    x, w, W, r = inputs()
+    pk, out = build(x, w, W, r, **testing.cpu_config(jitter_seed=jitter), watchdog_s=watchdog_s, fault=fault)
     try:
         pk()
     finally:
