@@ -46,7 +46,7 @@ def native_build(workdir: str):
     """Make compile() build the native variant of its generated source (a benchmark-only swap)."""
     real = build.compile_module
 
-    def compile_native(src, backend="cpu", test_mode=True, sanitize="", fault_injection=False):
+    def compile_native(src, backend="cpu", test_mode=True, sanitize="", fault_injection=False, *_, **__):
         cu, so = os.path.join(workdir, "native.cu"), os.path.join(workdir, "native.so")
         with open(cu, "w") as f:
             f.write(native_source(src))
