@@ -68,8 +68,7 @@ class Runtime:
         graph.task_table = None     # mpk_init copied the rows (744 bytes a task): free ours
         if not self.handle:
             raise MPKRuntimeError(f"the runtime rejected the kernel: {err.value.decode(errors='replace')}")
-        self.num_workers = config["num_workers"]
-        self.watchdog_s = config["watchdog_s"]
+        self.num_workers, self.watchdog_s = config["num_workers"], config["watchdog_s"]
 
     def launch(self) -> int:
         """Run to termination; return the number of graph passes, or raise with a report. Ctrl-C stops
