@@ -113,17 +113,6 @@ MPK_EXPORT int mpk_launch(void* handle) {
     return status;
 }
 
-// Copies the last launch's message; returns its full length.
-MPK_EXPORT int mpk_error_message(void* handle, char* buf, int n) {
-    if (!handle) {
-        mpk::copy_message("null handle", buf, n);
-        return -1;
-    }
-    const mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(handle);
-    mpk::copy_message(k.message, buf, n);
-    return int(k.message.size());
-}
-
 MPK_EXPORT int mpk_snapshot(void* handle, MpkWorkerState* out, int n) {
     if (!handle) return -1;
     const mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(handle);
@@ -131,30 +120,8 @@ MPK_EXPORT int mpk_snapshot(void* handle, MpkWorkerState* out, int n) {
     return k.cfg.num_workers;
 }
 
-MPK_EXPORT int mpk_event_counters(void* handle, int64_t* out, int n) {
-    if (!handle) return -1;
-    const mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(handle);
-    for (int i = 0; out && i < n && i < int(k.counters.size()); ++i) out[i] = mpk::ld_relaxed(&k.counters[size_t(i)]);
-    return k.cfg.num_events;
-}
-
-MPK_EXPORT int mpk_task_progress(void* handle, int64_t* out, int n) {
-    if (!handle) return -1;
-    const mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(handle);
-    for (int i = 0; out && i < n && i < int(k.progress.size()); ++i) out[i] = mpk::ld_relaxed(&k.progress[size_t(i)]);
-    return k.cfg.num_tasks;
-}
-
 MPK_EXPORT int64_t mpk_iterations(void* handle) {
     return handle ? mpk::ld_relaxed(&static_cast<mpk::host::Kernel*>(handle)->control.iterations) : -1;
-}
-
-// Called from another thread than the launching one (Python: on Ctrl-C): only a store, which the
-// supervisor (host_cpu.h) sees within 10 ms and turns into MPK_INTERRUPTED and the abort flag.
-MPK_EXPORT int mpk_abort(void* handle) {
-    if (!handle) return -1;
-    mpk::st_release(&static_cast<mpk::host::Kernel*>(handle)->interrupt, int32_t(1));
-    return 0;
 }
 
 // Ends the executor's threads and frees the handle. A worker still inside a kernel (MPK_STUCK)
@@ -238,16 +205,6 @@ MPK_EXPORT int mpk_launch(void* handle) {
     return status == MPK_OK ? mpk_wait(handle) : status;
 }
 
-MPK_EXPORT int mpk_error_message(void* handle, char* buf, int n) {
-    if (!handle) {
-        mpk::copy_message("null handle", buf, n);
-        return -1;
-    }
-    const mpk::cuda::Kernel& k = *static_cast<mpk::cuda::Kernel*>(handle);
-    mpk::copy_message(k.message, buf, n);
-    return int(k.message.size());
-}
-
 MPK_EXPORT int mpk_snapshot(void* handle, MpkWorkerState* out, int n) {
     if (!handle) return -1;
     const mpk::cuda::Kernel& k = *static_cast<mpk::cuda::Kernel*>(handle);
@@ -260,30 +217,8 @@ MPK_EXPORT int mpk_snapshot(void* handle, MpkWorkerState* out, int n) {
     return k.cfg.num_workers;
 }
 
-MPK_EXPORT int mpk_event_counters(void* handle, int64_t* out, int n) {
-    if (!handle) return -1;
-    const mpk::cuda::Kernel& k = *static_cast<mpk::cuda::Kernel*>(handle);
-    for (int i = 0; out && i < n && i < int(k.counters.size()); ++i) out[i] = k.counters[size_t(i)];
-    return k.cfg.num_events;
-}
-
-MPK_EXPORT int mpk_task_progress(void* handle, int64_t* out, int n) {
-    if (!handle) return -1;
-    const mpk::cuda::Kernel& k = *static_cast<mpk::cuda::Kernel*>(handle);
-    for (int i = 0; out && i < n && i < int(k.progress.size()); ++i) out[i] = k.progress[size_t(i)];
-    return k.cfg.num_tasks;
-}
-
 MPK_EXPORT int64_t mpk_iterations(void* handle) {
     return handle ? static_cast<mpk::cuda::Kernel*>(handle)->control->iterations : -1;
-}
-
-// As on the CPU: a store the host supervisor (host_cuda.h, finish) turns into MPK_INTERRUPTED
-// and the host-mapped abort flag that every device spin loop polls.
-MPK_EXPORT int mpk_abort(void* handle) {
-    if (!handle) return -1;
-    mpk::st_release(&static_cast<mpk::cuda::Kernel*>(handle)->interrupt, int32_t(1));
-    return 0;
 }
 
 // Frees the handle; an unusable one (a kernel that may still run) is left allocated.
@@ -296,3 +231,48 @@ MPK_EXPORT void mpk_finalize(void* handle) {
 }
 
 #endif  // __CUDACC__
+
+// ---- entry points written once: the driver's Kernel differs, these fields do not
+
+namespace mpk {
+#if defined(__CUDACC__)
+using Handle = cuda::Kernel;
+#else
+using Handle = host::Kernel;
+#endif
+}  // namespace mpk
+
+// Copies the last launch's message; returns its full length.
+MPK_EXPORT int mpk_error_message(void* handle, char* buf, int n) {
+    if (!handle) {
+        mpk::copy_message("null handle", buf, n);
+        return -1;
+    }
+    const mpk::Handle& k = *static_cast<mpk::Handle*>(handle);
+    mpk::copy_message(k.message, buf, n);
+    return int(k.message.size());
+}
+
+// After a launch (CUDA: copied back by finish); on the CPU also while one runs (the hang report).
+MPK_EXPORT int mpk_event_counters(void* handle, int64_t* out, int n) {
+    if (!handle) return -1;
+    const mpk::Handle& k = *static_cast<mpk::Handle*>(handle);
+    for (int i = 0; out && i < n && i < int(k.counters.size()); ++i) out[i] = mpk::ld_relaxed(&k.counters[size_t(i)]);
+    return k.cfg.num_events;
+}
+
+MPK_EXPORT int mpk_task_progress(void* handle, int64_t* out, int n) {
+    if (!handle) return -1;
+    const mpk::Handle& k = *static_cast<mpk::Handle*>(handle);
+    for (int i = 0; out && i < n && i < int(k.progress.size()); ++i) out[i] = mpk::ld_relaxed(&k.progress[size_t(i)]);
+    return k.cfg.num_tasks;
+}
+
+// Called from another thread than the launching one (Python: on Ctrl-C): only a store, which the
+// driver's supervisor (host_cpu.h supervise, host_cuda.h finish) sees within 10 ms and turns into
+// MPK_INTERRUPTED and the abort flag every worker (on the GPU: every device spin loop) polls.
+MPK_EXPORT int mpk_abort(void* handle) {
+    if (!handle) return -1;
+    mpk::st_release(&static_cast<mpk::Handle*>(handle)->interrupt, int32_t(1));
+    return 0;
+}
