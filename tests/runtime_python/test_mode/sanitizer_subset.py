@@ -68,10 +68,10 @@ def timed(label: str, run) -> bool:
         run()
     except Exception:
         traceback.print_exc()
-        print(f"GRAPH {label} FAIL after {time.perf_counter() - t:.1f} s", flush=True)
+        testing.say(f"GRAPH {label} FAIL after {time.perf_counter() - t:.1f} s")
         return False
-    print(f"GRAPH {label} PASS", flush=True)
-    print(f"TIMING {label}: {time.perf_counter() - t:.1f} s (compile included)", flush=True)
+    testing.say(f"GRAPH {label} PASS")   # one write: forked graphs share stdout
+    testing.say(f"TIMING {label}: {time.perf_counter() - t:.1f} s (compile included)")
     return True
 
 

@@ -62,6 +62,9 @@ def running(pid: int) -> bool:
 
 
 def main(mode: str, symmetric: bool) -> None:
+    # As at a terminal: a runner that started this suite as a background job of a non-interactive
+    # shell passes SIGINT down ignored, and Python then installs no KeyboardInterrupt handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     rank, size = 0, 1
     if mode == "ranks":
         from mpi4py import MPI
