@@ -593,6 +593,7 @@ MPK_DEVICE inline void fill_view(State& st, int32_t w, int32_t pos, int64_t iter
     v.executor = &c;
     v.block_threads = st.cfg.worker_threads;
     v.smem_bytes = st.cfg.smem_bytes;
+    v.on_block = true;
     v.simt_seed = splitmix64(uint64_t(pos) * 0x9E3779B97F4A7C15ull ^ uint64_t(v.iteration) << 40 ^
                              (st.cfg.jitter ? st.cfg.jitter_seed : 0));
 }
@@ -749,25 +750,33 @@ MPK_DEVICE MPK_NOINLINE inline void finish_task(State& st, int32_t w, Batch& b, 
 
 // Test mode: every task starts with the block's dynamic shared memory filled with 0xFF (NaN as
 // float, bf16, fp16; -1 as integers), as a fresh block finds it (docs/simt.md), so a kernel that
-// reads shared memory it did not write shows it. Between two tasks this costs a barrier (the
-// poison must not overlap the previous task's last reads nor the next one's first writes); on the
-// CPU only when the task took the shared memory at all (mpk::smem).
-MPK_DEVICE MPK_INLINE bool smem_dirty() {
+// reads shared memory it did not write shows it. The barrier after a task (end_task) provides it:
+// on the GPU every thread fills its part, then a second barrier (the fill must not overlap the
+// task's last reads nor the next one's first writes); on the CPU the emulation fills it as the
+// barrier completes, and only if the task took the shared memory at all (mpk::smem). The CPU's
+// barriers go through the block handle taken once per launch (runtime/simt_cpu.h, BlockRef).
 #if defined(__CUDACC__)
-    return true;
-#else
-    return simt::smem_touched();
-#endif
-}
+struct BlockRef {};
+MPK_DEVICE MPK_INLINE BlockRef this_block() { return BlockRef{}; }
+MPK_DEVICE MPK_INLINE void sync_block(BlockRef) { __syncthreads(); }
 MPK_DEVICE inline void poison_smem() {
-#if defined(__CUDACC__)
     uint4* p = reinterpret_cast<uint4*>(smem_base());
     const size_t n = smem_bytes() / sizeof(uint4);
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) p[i] = make_uint4(~0u, ~0u, ~0u, ~0u);
-#else
-    if (threadIdx.x == 0) simt::poison_smem();  // one OS thread runs the block: one memset
-#endif
 }
+MPK_DEVICE MPK_INLINE void end_task(BlockRef, bool test_mode) {
+    __syncthreads();
+    if (test_mode) {
+        poison_smem();
+        __syncthreads();
+    }
+}
+#else
+using simt::BlockRef;
+inline BlockRef this_block() { return simt::this_block(); }
+inline void sync_block(BlockRef blk) { simt::sync(blk); }
+inline void end_task(BlockRef blk, bool test_mode) { simt::task_barrier(blk, test_mode); }
+#endif
 
 #if !defined(__CUDACC__)
 // CPU: a task that throws (task_fail, a SIMT error) ends the block; the first such task is
@@ -784,6 +793,7 @@ MPK_DEVICE inline void note_failed_task(State& st, int32_t w, int32_t pos, int64
 template <class D> MPK_DEVICE void worker_loop(State& st, int32_t w) {
     __shared__ __align__(16) unsigned char raw[sizeof(Batch)];
     Batch& b = *reinterpret_cast<Batch*>(raw);
+    const BlockRef blk = this_block();
     const bool leader = threadIdx.x == 0;
     const bool test_mode = st.cfg.test_mode != 0;
     if (leader) {
@@ -801,7 +811,7 @@ template <class D> MPK_DEVICE void worker_loop(State& st, int32_t w) {
             take_batch(st, w, b);
             if (st.cfg.jitter && b.n) jitter_delay(&b.rng);
         }
-        __syncthreads();  // the batch is published
+        sync_block(blk);  // the batch is published
         const int32_t n = b.n;
         int32_t stop = b.stop;
         for (int32_t j = 0; j < n; ++j) {
@@ -824,16 +834,11 @@ template <class D> MPK_DEVICE void worker_loop(State& st, int32_t w) {
                 if (st.cfg.jitter && j + 1 < n) jitter_delay(&b.rng);
                 b.halt[j & 1] = aborted(st);  // (double-buffered: a slow thread still reads j - 1's)
             }
-            // every thread is done with task j; the OR tells whether any took shared memory
-            const bool dirty = __syncthreads_or(test_mode && smem_dirty()) != 0;
-            if (leader) stamp(st, b.pos[j], kEnd);  // (a jitter delay before the barrier counts)
+            end_task(blk, test_mode);  // every thread is done with task j
+            if (leader) stamp(st, b.pos[j], kEnd);  // (a jitter delay, and the poison, count)
             if (b.halt[j & 1]) {  // an abort seen by thread 0 stops the block here
                 stop = 1;
                 break;
-            }
-            if (dirty) {
-                poison_smem();
-                __syncthreads();
             }
             if (leader) finish_task(st, w, b, j, dispatched);
         }

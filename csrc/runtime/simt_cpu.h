@@ -367,18 +367,22 @@ inline const char* op_name(Op op) {
     return names[int(op)];
 }
 
-struct Fiber {
+// The first 64 bytes are what a switch, a barrier and a collective's arrival touch (one cache
+// line per fiber and switch: the 128 fibers of a worker block do not fit in L1 together).
+struct alignas(64) Fiber {
     void* sp;            // saved stack pointer (hand-written switch)
     uint3 tid;           // threadIdx
     St st;
     Op op;               // the barrier or collective it waits at
     bool started;
+    int atomics;         // atomics since it last blocked (a spin yields every kSpinAtomics)
+    int line;            // call site of the wait
+    const char* file;
     uint32_t mask;       // the collective's mask
     int32_t arg, width;  // lane / delta / laneMask, segment width
-    uint64_t in, out;    // the value it contributed, the result it receives
-    const char* file;    // call site of the wait
-    int line;
-    int atomics;         // atomics since it last blocked (a spin yields every kSpinAtomics)
+    uint64_t in;         // the value it contributed
+    // -- second line
+    uint64_t out;        // the result it receives
     char* stack_lo;      // the stack [stack_lo, stack_lo + stack_size), guard page below
     size_t stack_size;
     void* tsan;          // TSan fiber
@@ -388,6 +392,7 @@ struct Fiber {
     ucontext_t uc;
 #endif
 };
+static_assert(offsetof(Fiber, in) + sizeof(uint64_t) <= 64, "a fiber's hot fields share one cache line");
 
 struct Warp {
     uint32_t alive;    // lanes not exited
@@ -410,6 +415,7 @@ struct Sched {
     Warp warps[32];
     uint32_t ready_warps = 0;    // warps with a ready lane
     int cur_warp = -1;           // greedy: run this warp until none of its lanes is ready
+    Fiber* ahead = nullptr;      // the next to run, drawn already (out of the ready masks)
     int yielded = 0, exited = 0;
     uint64_t rng = 1;
     // barrier
@@ -431,12 +437,13 @@ struct Sched {
     char* cell_lane = nullptr;  // [nthreads][2]
 };
 
-// Hot pointers: constant-initialized, trivially destructible, so access is a plain TLS load.
+// The block running on this OS thread (its running fiber is s->cur): constant-initialized,
+// trivially destructible, so access is a plain TLS load. One pointer, written when a block
+// starts and ends, never per switch: in a shared module every TLS access is a call.
 struct Tls {
     Sched* s;
-    Fiber* cur;
 };
-inline thread_local Tls tl{nullptr, nullptr};
+inline thread_local Tls tl{nullptr};
 
 // ---- messages
 
@@ -484,9 +491,10 @@ struct Pool {
 
     void grow(int n) {
         if (n <= capacity) return;
-        Fiber* nf = static_cast<Fiber*>(calloc(size_t(n), sizeof(Fiber)));
+        Fiber* nf = static_cast<Fiber*>(aligned_alloc(alignof(Fiber), sizeof(Fiber) * size_t(n)));
         char* nc = static_cast<char*>(calloc(size_t(n), 2));
         if (!nf || !nc) { free(nf); free(nc); throw std::bad_alloc(); }
+        memset(static_cast<void*>(nf), 0, sizeof(Fiber) * size_t(n));
         if (capacity) memcpy(static_cast<void*>(nf), fibers, sizeof(Fiber) * size_t(capacity));
         free(fibers);
         free(cells);
@@ -558,11 +566,9 @@ inline Pool& pool() {
 
 // ---- scheduling
 
-inline uint32_t rand32(Sched& s) {  // xorshift64*
-    s.rng ^= s.rng >> 12;
-    s.rng ^= s.rng << 25;
-    s.rng ^= s.rng >> 27;
-    return uint32_t((s.rng * 0x2545F4914F6CDD1Dull) >> 32);
+inline uint32_t rand32(Sched& s) {  // a 64-bit LCG's high half: one multiply-add on the switch path
+    s.rng = s.rng * 6364136223846793005ull + 1442695040888963407ull;
+    return uint32_t(s.rng >> 32);
 }
 // A random set bit of m (m != 0): a random position if it is set, else the first set bit at or
 // after another random position, cyclically. Uniform for a full mask (a warp just released),
@@ -587,12 +593,32 @@ inline void make_ready(Sched& s, Fiber* f) {
     s.ready_warps |= 1u << (t >> 5);
 }
 
-inline Fiber* take(Sched& s, int w) {
+// A random ready lane of warp w, out of the ready set.
+inline Fiber* pick(Sched& s, int w) {
     Warp& wp = s.warps[w];
     const int lane = random_bit(s, wp.ready);
     wp.ready &= ~(1u << lane);
     if (!wp.ready) s.ready_warps &= ~(1u << w);
-    Fiber* f = &s.fibers[w * 32 + lane];
+    return &s.fibers[w * 32 + lane];
+}
+
+// The next ready fiber by the policy below, drawn one switch ahead (s.ahead): its saved frames
+// are prefetched while the current fiber runs. The 128 fibers' stacks do not fit in L1 together,
+// so without it every resume waits on the cache for the frames it returns through.
+inline Fiber* pick_ahead(Sched& s) {
+    if (s.cur_warp >= 0 && s.warps[s.cur_warp].ready) return pick(s, s.cur_warp);
+    if (!s.ready_warps) return nullptr;
+    s.cur_warp = random_bit(s, s.ready_warps);
+    return pick(s, s.cur_warp);
+}
+inline void prefetch_frames(const Fiber* f) {
+    if (!f->started) return;
+    const char* sp = static_cast<const char*>(f->sp);
+    for (int k = 0; k < 8; ++k) __builtin_prefetch(sp + 64 * k);
+}
+
+// f runs next (a fresh stack frame for a thread that never ran).
+inline Fiber* take(Fiber* f) {
     f->st = St::Running;
     if (!f->started) {
         f->started = true;
@@ -604,7 +630,7 @@ inline Fiber* take(Sched& s, int w) {
         makecontext(&f->uc, reinterpret_cast<void (*)()>(&fiber_main_uc), 0);
 #else
         // stagger the stack tops so that the fibers' hot lines do not share L1 sets
-        char* top = f->stack_lo + f->stack_size - ((unsigned(w * 32 + lane) * 5u % 64u) * 64u);
+        char* top = f->stack_lo + f->stack_size - ((f->tid.x * 5u % 64u) * 64u);
         f->sp = init_frame(top, &fiber_main, f);
 #endif
     }
@@ -634,10 +660,12 @@ inline void fail_record(Sched& s, std::string msg) {
 // nothing else is ready; &main once every thread has exited.
 inline Fiber* next_fiber(Sched& s) {
     for (;;) {
-        if (s.cur_warp >= 0 && s.warps[s.cur_warp].ready) return take(s, s.cur_warp);
-        if (s.ready_warps) {
-            s.cur_warp = random_bit(s, s.ready_warps);
-            return take(s, s.cur_warp);
+        Fiber* f = s.ahead;
+        if (!f) f = pick_ahead(s);
+        if (f) {
+            s.ahead = pick_ahead(s);
+            if (s.ahead) prefetch_frames(s.ahead);
+            return take(f);
         }
         if (s.yielded) {
             for (int w = 0; w < s.nwarps; ++w) {
@@ -669,7 +697,6 @@ inline Fiber* unwind_next(Sched& s) {
 
 inline void switch_to(Sched& s, Fiber* from, Fiber* to) {
     s.cur = to;
-    tl.cur = to;
 #if MPK_SIMT_ASAN
     __sanitizer_start_switch_fiber(&from->asan_fake, to->stack_lo, to->stack_size);
 #endif
@@ -713,7 +740,6 @@ inline void block(Sched& s, Fiber* self) {
 // A fiber's last switch: its stack is never resumed (ASan drops its fake stack).
 [[noreturn]] MPK_SIMT_NO_TSAN inline void exit_to(Sched& s, Fiber* self, Fiber* to) {
     s.cur = to;
-    tl.cur = to;
 #if MPK_SIMT_ASAN
     __sanitizer_start_switch_fiber(nullptr, to->stack_lo, to->stack_size);
 #endif
@@ -798,17 +824,17 @@ MPK_SIMT_NO_TSAN inline void fiber_main(void* arg) {
     on_exit(s, self);
 }
 #if MPK_SIMT_UCONTEXT
-inline void fiber_main_uc() { fiber_main(tl.cur); }
+inline void fiber_main_uc() { fiber_main(tl.s->cur); }
 #endif
 
 // ---- barriers
 
 // A barrier completes when every thread arrived, all at one call site. Anything else is found
-// when nothing can run (next_fiber -> diagnose).
-inline int barrier(Op op, int pred, const char* file, int line) {
-    Sched* sp = tl.s;
-    if (!sp) outside(op_name(op));
-    Sched& s = *sp;
+// when nothing can run (next_fiber -> diagnose). With `poison`, its completion also refills the
+// dynamic shared memory with 0xFF if a thread took it since the last fill (the executor's barrier
+// after each task: no thread runs while the last one to arrive fills it; TSan ignores the fill,
+// as it ignores the whole barrier, and the release/acquire per generation orders the rest).
+inline int barrier_on(Sched& s, Op op, int pred, const char* file, int line, bool poison = false) {
     Fiber* self = s.cur;
     TsanIgnore ignore;
     if (s.aborting) { block(s, self); return 0; }
@@ -834,7 +860,12 @@ inline int barrier(Op op, int pred, const char* file, int line) {
                      : op == Op::SyncOr    ? int(s.bar_true > 0) : 0;
         ++s.bar_gen;
         s.at_barrier = 0;
-        for (int i = 0; i < s.nthreads; ++i) s.fibers[i].st = St::Ready;
+        if (poison && s.smem_touched) {
+            memset(s.smem, 0xFF, s.smem_bytes);
+            s.smem_touched = false;
+        }
+        // (each fiber's st stays Barrier until take() runs it: a store per fiber here would
+        // touch 128 cache lines per barrier for nothing; diagnose() only runs when no lane is ready)
         for (int w = 0; w < s.nwarps; ++w) s.warps[w].ready = 0xFFFFFFFFu;
         s.ready_warps = 0xFFFFFFFFu >> (32 - s.nwarps);
         s.cur_warp = -1;  // a random warp goes first
@@ -842,6 +873,11 @@ inline int barrier(Op op, int pred, const char* file, int line) {
     block(s, self);
     tsan_acquire(&s.cell_bar[gen & 1]);
     return s.bar_result;
+}
+inline int barrier(Op op, int pred, const char* file, int line) {
+    Sched* s = tl.s;
+    if (!s) outside(op_name(op));
+    return barrier_on(*s, op, pred, file, line);
 }
 
 // ---- warp collectives
@@ -1062,8 +1098,8 @@ inline void yield_now() {
 }
 // Atomics are not scheduling points, but a spin on one must not hang the block.
 inline void atomic_tick() {
-    Fiber* f = tl.cur;
-    if (f && tl.s && f != &tl.s->main && ++f->atomics >= kSpinAtomics) yield_now();
+    Sched* s = tl.s;
+    if (s && s->cur != &s->main && ++s->cur->atomics >= kSpinAtomics) yield_now();
 }
 
 // ---- the block
@@ -1087,6 +1123,7 @@ inline void run(const Block& b, void (*fn)(void*), void* arg) {
     s.arg = arg;
     s.rng = ::mpk::splitmix64(b.seed) | 1;
     s.cur_warp = -1;
+    s.ahead = nullptr;
     s.yielded = s.exited = 0;
     s.at_barrier = 0;
     s.bar_gen = 0;
@@ -1121,7 +1158,6 @@ inline void run(const Block& b, void (*fn)(void*), void* arg) {
     s.main.tsan = __tsan_get_current_fiber();
 #endif
     tl.s = &s;
-    tl.cur = &s.main;
     s.cur = &s.main;
     tsan_release(&s.cell_start);  // everything above happens before every fiber's first step
     {
@@ -1131,7 +1167,6 @@ inline void run(const Block& b, void (*fn)(void*), void* arg) {
     }
     tsan_acquire(&s.cell_end);
     tl.s = nullptr;
-    tl.cur = nullptr;
     bool clobbered = false;
 #if !MPK_SIMT_ASAN
     for (int i = 0; i < 64; ++i) clobbered |= uint8_t(s.smem[b.smem_bytes + size_t(i)]) != 0xA5;
@@ -1197,26 +1232,27 @@ inline T* smem(size_t byte_offset, size_t count, const char* file = __builtin_FI
 
 namespace mpk {
 namespace simt {
-// For the persistent executor, which runs many tasks on one block (runtime/executor.cuh): whether
-// any thread took the dynamic shared memory (mpk::smem, mpk::smem_base) since the block started
-// or since the last poison_smem(), and the poison itself (0xFF, as at a block's start; call it
-// while no other thread of the block runs a task).
-inline bool smem_touched() {
-    detail::Sched& s = detail::current("mpk::simt::smem_touched");
-    detail::TsanIgnore ignore;
-    return s.smem_touched;
+// For the persistent executor, which runs many tasks on one block (runtime/executor.cuh). In a
+// shared module every TLS access is a call (about 3 ns here), so the executor takes the running
+// block once per launch (this_block) and passes it to its barriers instead of each thread
+// looking it up per task.
+using BlockRef = detail::Sched*;
+inline BlockRef this_block() { return &detail::current("mpk::simt::this_block"); }
+// __syncthreads() on block b.
+inline void sync(BlockRef b, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    detail::barrier_on(*b, detail::Op::SyncThreads, 0, file, line);
 }
-inline void poison_smem() {
-    detail::Sched& s = detail::current("mpk::simt::poison_smem");
-    memset(s.smem, 0xFF, s.smem_bytes);
-    detail::TsanIgnore ignore;
-    s.smem_touched = false;
+// __syncthreads() after a task on block b; with poison (test mode), the next task finds the dynamic
+// shared memory filled with 0xFF, as a fresh block does, if a thread of this one took it
+// (mpk::smem, mpk::smem_base). The fill happens as the barrier completes: no second barrier.
+inline void task_barrier(BlockRef b, bool poison, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    detail::barrier_on(*b, detail::Op::SyncThreads, 0, file, line, poison);
 }
 // A task on the worker block. Inside a running block (the persistent executor runs the task on
-// every thread of its worker block, runtime/executor.cuh) the calling thread runs it, as under
-// nvcc; outside one (a kernel test), one block of block_of(v) runs it.
+// every thread of its worker block, runtime/executor.cuh, and says so in v.on_block) the calling
+// thread runs it, as under nvcc; outside one (a kernel test), one block of block_of(v) runs it.
 template <class F> void run_task(const TaskView& v, F&& body) {
-    if (detail::tl.s) body();
+    if (v.on_block || detail::tl.s) body();
     else run_block(block_of(v), body);
 }
 }  // namespace simt
@@ -1231,9 +1267,9 @@ template <class F> void run_task(const TaskView& v, F&& body) {
 #pragma GCC visibility push(hidden)  // module-local: direct calls, no PLT, under -fPIC
 namespace mpk { namespace simt { namespace detail {
 inline const uint3& thread_idx() {
-    Fiber* f = tl.cur;
-    if (__builtin_expect(!f || f == &tl.s->main, 0)) outside("threadIdx");
-    return f->tid;
+    Sched* s = tl.s;
+    if (__builtin_expect(!s || s->cur == &s->main, 0)) outside("threadIdx");
+    return s->cur->tid;
 }
 inline const dim3& block_dim() {
     Sched* s = tl.s;

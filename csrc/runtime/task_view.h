@@ -28,6 +28,7 @@ struct TaskView {
     int32_t block_threads = 0;  // threads of the worker block (MpkConfig::worker_threads)
     int32_t smem_bytes = 0;     // its dynamic shared memory (MpkConfig::smem_bytes)
     uint64_t simt_seed = 0;     // seeds the emulation's thread order for this task and pass
+    bool on_block = false;      // the executor's worker block runs it (MPK_RUN_TASK starts no block)
 
     template <typename T> MPK_HOST_DEVICE T* in(int i) const { return static_cast<T*>(ptrs[i]); }
     template <typename T> MPK_HOST_DEVICE T* out(int j) const {

@@ -25,7 +25,7 @@
 // ---- fake kernels
 
 namespace fake {
-enum Variant { SUM = 0, MODEL = 1, THROW = 2, PEER = 3, PROBE = 4, SPIN = 5, PAIR = 6 };
+enum Variant { SUM = 0, MODEL = 1, THROW = 2, PEER = 3, PROBE = 4, SPIN = 5, PAIR = 6, SMEM = 7 };
 constexpr int kRow = 32;      // int64 entries per MODEL log row
 constexpr int kMaxRows = 16;
 
@@ -66,6 +66,16 @@ inline void peer(const mpk::TaskView& v) {
     v.signal(v, counter, v.iteration + 100, 0);
 }
 
+// SMEM (every thread): reads its word of the block's dynamic shared memory, then writes the
+// task's position there; out0 (uint64) = how many threads found a word other than the 0xFF
+// poison, i.e. what an earlier task on this worker block left behind.
+inline void smem_stale(const mpk::TaskView& v) {
+    uint32_t* words = mpk::smem<uint32_t>(0, blockDim.x);
+    const int stale = __syncthreads_count(words[threadIdx.x] != 0xFFFFFFFFu);
+    words[threadIdx.x] = uint32_t(v.iparam(1));
+    if (threadIdx.x == 0) *v.out<uint64_t>(0) = uint64_t(stale);
+}
+
 // PROBE and SPIN see the handle under test (a test-harness global; the runtime has none).
 void probe(const mpk::TaskView& v);
 void spin(const mpk::TaskView& v);
@@ -84,6 +94,7 @@ inline bool execute_task(const mpk::TaskView& v) {
     case fake::PROBE: if (leader) fake::probe(v); return true;
     case fake::SPIN: if (leader) fake::spin(v); return true;
     case fake::PAIR: if (leader) fake::pair(v); return true;
+    case fake::SMEM: fake::smem_stale(v); return true;
     default: return false;
     }
 }
@@ -996,6 +1007,35 @@ static void test_task_record_and_in_order() {
            g_failures == before ? "PASS" : "FAIL");
 }
 
+// Test mode: every task finds the worker block's dynamic shared memory poisoned, as a fresh block
+// does, though the tasks before it on the same block wrote it (runtime/executor.cuh, end_task;
+// the emulation refills it as the barrier after a task completes). Negative control: outside test
+// mode the second task on the block sees the first one's words.
+static void test_smem_poisoned_between_tasks() {
+    const int before = g_failures;
+    for (int test_mode = 1; test_mode >= 0; --test_mode) {
+        Graph g;  // a chain of SMEM tasks with a SUM between two of them (no shared memory taken)
+        g.add({}, fake::SMEM);
+        g.add({1}, fake::SMEM);
+        g.add({2}, fake::SUM);
+        g.add({3}, fake::SMEM);
+        MpkConfig c = default_config();
+        c.num_workers = 1;
+        c.test_mode = test_mode;
+        c.smem_bytes = 4 * c.worker_threads;
+        Instance in(g, c);
+        CHECK(in.init(), "%s", in.init_error.c_str());
+        CHECK(in.launch() == MPK_OK, "smem test_mode %d: %s", test_mode, in.message().c_str());
+        const uint64_t later = test_mode ? 0 : uint64_t(c.worker_threads);  // the block's first task: 0 either way
+        CHECK(in.values[1] == 0 && in.values[2] == later && in.values[4] == later,
+              "test_mode %d: stale shared-memory words seen by tasks 1, 2, 4: %llu, %llu, %llu (expected 0, %llu, %llu)",
+              test_mode, (unsigned long long)in.values[1], (unsigned long long)in.values[2],
+              (unsigned long long)in.values[4], (unsigned long long)later, (unsigned long long)later);
+    }
+    printf("shared memory between tasks on one block: poisoned in test mode (0 stale words), the previous "
+           "task's words otherwise (the control) %s\n", g_failures == before ? "PASS" : "FAIL");
+}
+
 // The scheduler ring's capacity comes from the graph; a push that finds it full is a named error.
 // Shrunk to 2 slots here: task 1 completes 6 events at once while the scheduler sleeps.
 static void test_scheduler_queue_overflow() {
@@ -1204,6 +1244,7 @@ int main() {
     test_long_task_is_not_a_hang();
     test_event_driven_dispatch();
     test_task_record_and_in_order();
+    test_smem_poisoned_between_tasks();
     test_scheduler_queue_overflow();
     test_stuck_in_kernel();
     test_interrupt();
