@@ -4,11 +4,13 @@ For each worker count: the whole pk() (restore meta tensors, poison the outputs,
 every declared element was written) per task, the launch alone per task (the runtime: queues,
 events, one emulated 128-thread block per task), and, for comparison in the same run, what the
 former per-tile poison + check cost (one torch call per tile and tensor, the way mirage/mpk/written.py
-did it before it became two whole-tensor operations per tensor). Min of --repeat. Not a timed test.
-Run: python benchmarks/pertask_overhead.py [--repeat 5]
+did it before it became two whole-tensor operations per tensor). Min of --repeat (pk() also its
+median: a shared VM's neighbours show in it). Not a timed test.
+Run: python benchmarks/pertask_overhead.py [--repeat 20]
 """
 import argparse
 import os
+import statistics
 import time
 
 import torch
@@ -29,18 +31,22 @@ def per_tile_poison_and_check(watched: written.Watched) -> None:
         int((region == written.SENTINEL[tile.tensor.dtype.itemsize]).sum())
 
 
-def best(fn, repeat: int) -> float:
+def timed(fn, repeat: int) -> list[float]:
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return min(times)
+    return times
+
+
+def best(fn, repeat: int) -> float:
+    return min(timed(fn, repeat))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=20)
     args = ap.parse_args()
     print(f"4096 identity tasks of one element (64x64 float32, grid 64x64), min of {args.repeat}, "
           f"{os.cpu_count()} cores")
@@ -51,7 +57,7 @@ def main() -> None:
         pk.identity_layer(x, y, (64, 64, 1), (128, 1, 1))
         pk.compile()
         n = len(pk.graph.tasks) - 1
-        whole = best(pk, args.repeat)
+        whole = timed(pk, args.repeat)
 
         def launch_only():
             pk.meta_tensors["step"].zero_()          # what pk() restores before each test-mode launch
@@ -60,8 +66,9 @@ def main() -> None:
         launch = best(launch_only, args.repeat)
         former = best(lambda: per_tile_poison_and_check(pk._watched), args.repeat)
         pk.finalize()
-        print(f"  {workers} worker(s): pk() {whole / n * 1e6:5.2f} us/task   launch {launch / n * 1e6:5.2f} "
-              f"us/task   former per-tile poison+check alone {former / n * 1e6:5.2f} us/task")
+        print(f"  {workers} worker(s): pk() {min(whole) / n * 1e6:5.2f} us/task (median "
+              f"{statistics.median(whole) / n * 1e6:5.2f})   launch {launch / n * 1e6:5.2f} us/task   "
+              f"former per-tile poison+check alone {former / n * 1e6:5.2f} us/task")
 
 
 if __name__ == "__main__":
