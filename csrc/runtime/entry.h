@@ -45,6 +45,36 @@ inline void copy_message(const std::string& msg, char* buf, int n) {
     buf[len] = 0;
 }
 
+// mpk_init for either driver's Kernel K: validate, copy the config, the tasks and the events,
+// then setup(k), the driver's part (tensors, allocation; "" or why it failed, having released
+// what it took). Any exception becomes the message; none leaves.
+template <class K, class Setup>
+inline void* init_handle(const MpkConfig* cfg, const MpkTask* tasks, const MpkEvent* events, void* const* tensor_ptrs,
+                         const MpkMeta* meta, char* err, int err_len, Setup setup) {
+    if (err && err_len > 0) err[0] = 0;
+    K* k = nullptr;
+    try {
+        const std::string why = validate(cfg, tasks, events, tensor_ptrs, meta);
+        if (!why.empty()) {
+            copy_message("mpk_init: " + why, err, err_len);
+            return nullptr;
+        }
+        k = new K();
+        k->cfg = *cfg;
+        k->tasks.assign(tasks, tasks + cfg->num_tasks);
+        k->events.assign(events, events + cfg->num_events);
+        const std::string failed = setup(*k);
+        if (failed.empty()) return k;
+        copy_message("mpk_init: " + failed, err, err_len);
+    } catch (const std::exception& e) {
+        copy_message(std::string("mpk_init: ") + e.what(), err, err_len);
+    } catch (...) {
+        copy_message("mpk_init: unknown exception", err, err_len);
+    }
+    delete k;
+    return nullptr;
+}
+
 }  // namespace mpk
 
 // ---- entry points
@@ -63,36 +93,19 @@ MPK_EXPORT int mpk_abi_sizes(int64_t* out, int n) {
 
 MPK_EXPORT void* mpk_init(const MpkConfig* cfg, const MpkTask* tasks, const MpkEvent* events,
                           void* const* tensor_ptrs, const MpkMeta* meta, char* err, int err_len) {
-    if (err && err_len > 0) err[0] = 0;
-    mpk::host::Kernel* k = nullptr;
-    try {
-        const std::string why = mpk::validate(cfg, tasks, events, tensor_ptrs, meta);
-        if (!why.empty()) {
-            mpk::copy_message("mpk_init: " + why, err, err_len);
-            return nullptr;
-        }
-        k = new mpk::host::Kernel();
-        k->cfg = *cfg;
-        k->tasks.assign(tasks, tasks + cfg->num_tasks);
-        k->events.assign(events, events + cfg->num_events);
-        k->tensors.assign(tensor_ptrs, tensor_ptrs + cfg->num_tensors);
-        k->st.meta = *meta;
+    return mpk::init_handle<mpk::host::Kernel>(cfg, tasks, events, tensor_ptrs, meta, err, err_len,
+                                               [&](mpk::host::Kernel& k) -> std::string {
+        k.tensors.assign(tensor_ptrs, tensor_ptrs + cfg->num_tensors);
+        k.st.meta = *meta;
         if (cfg->peer_tensor_ptrs)
-            k->peer_tensors.assign(cfg->peer_tensor_ptrs,
-                                   cfg->peer_tensor_ptrs + int64_t(cfg->world_size) * cfg->num_tensors);
+            k.peer_tensors.assign(cfg->peer_tensor_ptrs, cfg->peer_tensor_ptrs + int64_t(cfg->world_size) * cfg->num_tensors);
         if (cfg->num_signal_slots > 0)
-            k->peer_signals.assign(cfg->peer_signal_ptrs, cfg->peer_signal_ptrs + cfg->world_size);
-        k->worker_body = [](mpk::exec::State& st, int32_t w) { mpk::exec::worker_loop<mpk::GeneratedDispatch>(st, w); };
-        mpk::host::allocate(*k);
-        mpk::host::reset_launch(*k);  // so queries before the first launch see sane values
-        return k;
-    } catch (const std::exception& e) {
-        mpk::copy_message(std::string("mpk_init: ") + e.what(), err, err_len);
-    } catch (...) {
-        mpk::copy_message("mpk_init: unknown exception", err, err_len);
-    }
-    delete k;
-    return nullptr;
+            k.peer_signals.assign(cfg->peer_signal_ptrs, cfg->peer_signal_ptrs + cfg->world_size);
+        k.worker_body = [](mpk::exec::State& st, int32_t w) { mpk::exec::worker_loop<mpk::GeneratedDispatch>(st, w); };
+        mpk::host::allocate(k);
+        mpk::host::reset_launch(k);  // so queries before the first launch see sane values
+        return "";
+    });
 }
 
 MPK_EXPORT int mpk_launch(void* handle) {
@@ -142,37 +155,22 @@ MPK_EXPORT void mpk_finalize(void* handle) {
 
 MPK_EXPORT void* mpk_init(const MpkConfig* cfg, const MpkTask* tasks, const MpkEvent* events,
                           void* const* tensor_ptrs, const MpkMeta* meta, char* err, int err_len) {
-    if (err && err_len > 0) err[0] = 0;
-    mpk::cuda::Kernel* k = nullptr;
-    try {
-        std::string why = mpk::validate(cfg, tasks, events, tensor_ptrs, meta);
-        if (why.empty() && cfg->worker_threads > 256)
-            why = "worker_threads = " + std::to_string(cfg->worker_threads) + ": the CUDA worker block has at most 256";
-        if (!why.empty()) {
-            mpk::copy_message("mpk_init: " + why, err, err_len);
-            return nullptr;
-        }
-        k = new mpk::cuda::Kernel();
-        k->cfg = *cfg;
-        k->tasks.assign(tasks, tasks + cfg->num_tasks);
-        k->events.assign(events, events + cfg->num_events);
-        k->kernel = mpk::cuda::persistent_kernel<mpk::GeneratedDispatch>;
+    return mpk::init_handle<mpk::cuda::Kernel>(cfg, tasks, events, tensor_ptrs, meta, err, err_len,
+                                               [&](mpk::cuda::Kernel& k) -> std::string {
+        if (cfg->worker_threads > 256)
+            return "worker_threads = " + std::to_string(cfg->worker_threads) + ": the CUDA worker block has at most 256";
+        k.kernel = mpk::cuda::persistent_kernel<mpk::GeneratedDispatch>;
         std::vector<void*> peer_tensors;
         std::vector<int64_t*> peer_signals;
         if (cfg->peer_tensor_ptrs)
             peer_tensors.assign(cfg->peer_tensor_ptrs, cfg->peer_tensor_ptrs + int64_t(cfg->world_size) * cfg->num_tensors);
         if (cfg->num_signal_slots > 0)
             peer_signals.assign(cfg->peer_signal_ptrs, cfg->peer_signal_ptrs + cfg->world_size);
-        if (mpk::cuda::setup(*k, tensor_ptrs, *meta, peer_tensors, peer_signals)) return k;
-        mpk::copy_message("mpk_init: " + k->message, err, err_len);
-        mpk::cuda::release(*k);
-    } catch (const std::exception& e) {
-        mpk::copy_message(std::string("mpk_init: ") + e.what(), err, err_len);
-    } catch (...) {
-        mpk::copy_message("mpk_init: unknown exception", err, err_len);
-    }
-    delete k;
-    return nullptr;
+        if (mpk::cuda::setup(k, tensor_ptrs, *meta, peer_tensors, peer_signals)) return "";
+        const std::string why = k.message.empty() ? std::string("CUDA setup failed") : k.message;
+        mpk::cuda::release(k);
+        return why;
+    });
 }
 
 // Enqueues a launch on `stream` (a cudaStream_t; NULL: the legacy default stream) and returns;

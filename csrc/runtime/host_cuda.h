@@ -276,7 +276,7 @@ inline int32_t finish(Kernel& k) {
                 k.status = interrupted ? MPK_INTERRUPTED : MPK_STUCK;
                 k.message = std::string(interrupted ? "interrupted (mpk_abort), but the" : "the") +
                             " persistent kernel did not end within " + (interrupted ? "1 s" : "5 s") + " of the "
-                            "abort (a task is inside its kernel); a running kernel cannot be stopped: the CUDA "
+                            "abort (a task is still inside its kernel); a running kernel cannot be stopped: the CUDA "
                             "context is unusable";
                 k.unusable = true;
                 return k.status;
