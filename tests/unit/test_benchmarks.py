@@ -21,6 +21,8 @@ SCRIPTS = [
     (["pertask_overhead.py", "--repeat", "1"], "4 worker(s): pk()"),
     (["profiler_overhead.py", "--rounds", "1"], "export of the trace and CSV"),
     (["compile_scaling.py", "--repeat", "1", "--sizes", "100"], "stage columns"),
+    (["csrc_ab.py", os.path.join(ROOT, "csrc"), os.path.join(ROOT, "csrc"), "--rounds", "2", "--side", "8"],
+     "B "),
 ]
 
 
