@@ -20,6 +20,8 @@
 #include <string.h>
 #include <new>
 #include <string>
+#include <utility>
+#include <vector>
 #include "runtime.h"
 #include "validate.h"
 #if defined(__CUDACC__)
@@ -45,9 +47,16 @@ inline void copy_message(const std::string& msg, char* buf, int n) {
     buf[len] = 0;
 }
 
+// The peer ranks' symmetric tensors and signal counters as the config lists them (empty when
+// there are none): what a driver's setup keeps (CPU) or copies to the device (CUDA).
+struct Peers {
+    std::vector<void*> tensors;     // [world_size * num_tensors]
+    std::vector<int64_t*> signals;  // [world_size]
+};
+
 // mpk_init for either driver's Kernel K: validate, copy the config, the tasks and the events,
-// then setup(k), the driver's part (tensors, allocation; "" or why it failed, having released
-// what it took). Any exception becomes the message; none leaves.
+// then setup(k, peers), the driver's part (tensors, allocation; "" or why it failed, having
+// released what it took). Any exception becomes the message; none leaves.
 template <class K, class Setup>
 inline void* init_handle(const MpkConfig* cfg, const MpkTask* tasks, const MpkEvent* events, void* const* tensor_ptrs,
                          const MpkMeta* meta, char* err, int err_len, Setup setup) {
@@ -63,7 +72,12 @@ inline void* init_handle(const MpkConfig* cfg, const MpkTask* tasks, const MpkEv
         k->cfg = *cfg;
         k->tasks.assign(tasks, tasks + cfg->num_tasks);
         k->events.assign(events, events + cfg->num_events);
-        const std::string failed = setup(*k);
+        Peers peers;
+        if (cfg->peer_tensor_ptrs)
+            peers.tensors.assign(cfg->peer_tensor_ptrs, cfg->peer_tensor_ptrs + int64_t(cfg->world_size) * cfg->num_tensors);
+        if (cfg->num_signal_slots > 0)
+            peers.signals.assign(cfg->peer_signal_ptrs, cfg->peer_signal_ptrs + cfg->world_size);
+        const std::string failed = setup(*k, peers);
         if (failed.empty()) return k;
         copy_message("mpk_init: " + failed, err, err_len);
     } catch (const std::exception& e) {
@@ -94,13 +108,11 @@ MPK_EXPORT int mpk_abi_sizes(int64_t* out, int n) {
 MPK_EXPORT void* mpk_init(const MpkConfig* cfg, const MpkTask* tasks, const MpkEvent* events,
                           void* const* tensor_ptrs, const MpkMeta* meta, char* err, int err_len) {
     return mpk::init_handle<mpk::host::Kernel>(cfg, tasks, events, tensor_ptrs, meta, err, err_len,
-                                               [&](mpk::host::Kernel& k) -> std::string {
+                                               [&](mpk::host::Kernel& k, mpk::Peers& peers) -> std::string {
         k.tensors.assign(tensor_ptrs, tensor_ptrs + cfg->num_tensors);
         k.st.meta = *meta;
-        if (cfg->peer_tensor_ptrs)
-            k.peer_tensors.assign(cfg->peer_tensor_ptrs, cfg->peer_tensor_ptrs + int64_t(cfg->world_size) * cfg->num_tensors);
-        if (cfg->num_signal_slots > 0)
-            k.peer_signals.assign(cfg->peer_signal_ptrs, cfg->peer_signal_ptrs + cfg->world_size);
+        k.peer_tensors = std::move(peers.tensors);
+        k.peer_signals = std::move(peers.signals);
         k.worker_body = [](mpk::exec::State& st, int32_t w) { mpk::exec::worker_loop<mpk::GeneratedDispatch>(st, w); };
         mpk::host::allocate(k);
         mpk::host::reset_launch(k);  // so queries before the first launch see sane values
@@ -156,17 +168,11 @@ MPK_EXPORT void mpk_finalize(void* handle) {
 MPK_EXPORT void* mpk_init(const MpkConfig* cfg, const MpkTask* tasks, const MpkEvent* events,
                           void* const* tensor_ptrs, const MpkMeta* meta, char* err, int err_len) {
     return mpk::init_handle<mpk::cuda::Kernel>(cfg, tasks, events, tensor_ptrs, meta, err, err_len,
-                                               [&](mpk::cuda::Kernel& k) -> std::string {
+                                               [&](mpk::cuda::Kernel& k, mpk::Peers& peers) -> std::string {
         if (cfg->worker_threads > 256)
             return "worker_threads = " + std::to_string(cfg->worker_threads) + ": the CUDA worker block has at most 256";
         k.kernel = mpk::cuda::persistent_kernel<mpk::GeneratedDispatch>;
-        std::vector<void*> peer_tensors;
-        std::vector<int64_t*> peer_signals;
-        if (cfg->peer_tensor_ptrs)
-            peer_tensors.assign(cfg->peer_tensor_ptrs, cfg->peer_tensor_ptrs + int64_t(cfg->world_size) * cfg->num_tensors);
-        if (cfg->num_signal_slots > 0)
-            peer_signals.assign(cfg->peer_signal_ptrs, cfg->peer_signal_ptrs + cfg->world_size);
-        if (mpk::cuda::setup(k, tensor_ptrs, *meta, peer_tensors, peer_signals)) return "";
+        if (mpk::cuda::setup(k, tensor_ptrs, *meta, peers.tensors, peers.signals)) return "";
         const std::string why = k.message.empty() ? std::string("CUDA setup failed") : k.message;
         mpk::cuda::release(k);
         return why;
