@@ -1109,6 +1109,16 @@ static void test_stuck_in_kernel() {
 // task's length, the workers stopped between tasks, and the handle runs a clean pass next. An
 // abort with no launch in flight is dropped. A task inside its kernel cannot be stopped: the
 // launch returns after the 1 s grace naming it and refuses launches until it comes back.
+// Launches `in` while another thread calls mpk_abort on it after `ms` (as Python does on Ctrl-C).
+static void launch_aborted_after(Instance& in, int ms) {
+    std::thread ctrl_c([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+        mpk_abort(in.handle);
+    });
+    in.launch();
+    ctrl_c.join();
+}
+
 static void test_interrupt() {
     const int before = g_failures;
     CHECK(mpk_abort(nullptr) == -1, "mpk_abort(NULL)");
@@ -1117,12 +1127,7 @@ static void test_interrupt() {
     Instance in(g, default_config());
     CHECK(in.init(), "%s", in.init_error.c_str());
     mpk_abort(in.handle);  // no launch in flight: no effect on the next one
-    std::thread ctrl_c([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(250));
-        mpk_abort(in.handle);
-    });
-    in.launch();
-    ctrl_c.join();
+    launch_aborted_after(in, 250);
     const std::string msg = in.message();
     const std::vector<int64_t> p = in.progress();
     const int64_t done = std::count(p.begin() + 1, p.end(), int64_t(1));
@@ -1147,12 +1152,7 @@ static void test_interrupt() {
     Instance spin(s, default_config());
     CHECK(spin.init(), "%s", spin.init_error.c_str());
     fake::g_release = 0;
-    std::thread ctrl_c2([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        mpk_abort(spin.handle);
-    });
-    spin.launch();
-    ctrl_c2.join();
+    launch_aborted_after(spin, 100);
     const std::string stuck = spin.message();
     const double took_spin = spin.seconds;
     CHECK(spin.status == MPK_INTERRUPTED && spin.seconds >= 1.0 && spin.seconds < 2.5, "status %d after %.3f s",
