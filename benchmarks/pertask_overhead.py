@@ -44,6 +44,16 @@ def best(fn, repeat: int) -> float:
     return min(timed(fn, repeat))
 
 
+def identity_kernel(workers: int, side: int = 64) -> PersistentKernel:
+    """The compiled benchmark graph: side x side one-element identity tasks (csrc_ab.py uses it too)."""
+    pk = PersistentKernel(test_mode=True, num_workers=workers, num_local_schedulers=1)
+    x = pk.attach_input(torch.randn(side, side), name="x")
+    y = pk.attach_input(torch.zeros(side, side), name="y")
+    pk.identity_layer(x, y, (side, side, 1), (128, 1, 1))
+    pk.compile()
+    return pk
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=20)
@@ -51,11 +61,7 @@ def main() -> None:
     print(f"4096 identity tasks of one element (64x64 float32, grid 64x64), min of {args.repeat}, "
           f"{os.cpu_count()} cores")
     for workers in (1, 2, 4):
-        pk = PersistentKernel(test_mode=True, num_workers=workers, num_local_schedulers=1)
-        x = pk.attach_input(torch.randn(64, 64), name="x")
-        y = pk.attach_input(torch.zeros(64, 64), name="y")
-        pk.identity_layer(x, y, (64, 64, 1), (128, 1, 1))
-        pk.compile()
+        pk = identity_kernel(workers)
         n = len(pk.graph.tasks) - 1
         whole = timed(pk, args.repeat)
 
