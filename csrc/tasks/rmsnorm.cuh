@@ -12,7 +12,7 @@
 //   order (nvcc may fuse square and add into one fma: one rounding fewer), then warp_sum's
 //   butterfly over the 32 lanes, then the warps' totals in warp order (every thread adds them
 //   in the same order). Its error is within the hidden / 2 + 6 fp32 operations of the budget
-//   in mirage/mpk/testing.py (tol_rmsnorm). inv_rms = 1 / sqrtf(mean + eps): division and square
+//   in mirage/mpk/testing/tolerances.py (tol_rmsnorm). inv_rms = 1 / sqrtf(mean + eps): division and square
 //   root correctly rounded (not rsqrtf), as in the CPU-only kernel before it; then
 //   y = (x * inv_rms) * w, rounded once to T.
 // Barriers: rows go in passes of smem_bytes() / (4 * warps) rows (3072 at 128 threads, 48 KiB):

@@ -1,0 +1,53 @@
+"""Verification helpers for layer tests: error-budget tolerances, comparison with one evidence line per
+tensor, diagnosis of a failure, scalar-parameter checks, a test file's cases and its multi-rank job.
+
+One import for a test file (`from mirage.mpk import testing`); each concern is a module:
+  tolerances  the one tolerance function and its error-budget derivation (module docstring)
+  evidence    compare in float64, the EVIDENCE line, digest
+  checks      assert_close / assert_equal / check_output and the non-vacuity checks
+  diagnosis   bad tiles by grid coordinate, the first divergent layer, the serial re-run
+  scalars     check_scalars: does a case exercise a layer's scalar parameters
+  inputs      seed, contained generators, randn, load_reference
+  cases       cpu_config, run_cases_as_script, capture_log
+  ranks       multi-rank agreement, tensor parallelism (World, TP_KINDS), mpirun
+"""
+from .cases import capture_log, cpu_config, run_cases_as_script
+from .checks import assert_close, assert_equal, check_layer_outputs, check_nonvacuous, check_output
+from .diagnosis import assert_no_divergence, first_divergence, tiling_warning
+from .evidence import Comparison, compare, digest, evidence, say
+from .inputs import generator, load_reference, randn, seed
+from .ranks import (
+    ONE_RANK,
+    TP_KINDS,
+    WRONG_SHARD_ENV,
+    CaseSkipped,
+    World,
+    all_ranks_agree,
+    layer_tp,
+    mpiexec,
+    mpirun,
+    on_all_ranks,
+    rank_lines,
+    script_world,
+)
+from .scalars import check_scalars
+from .tolerances import (
+    RMS_LIMIT,
+    RMS_MIN_N,
+    U32,
+    Tolerance,
+    tol_elementwise,
+    tol_linear,
+    tol_rmsnorm,
+    tolerance,
+)
+
+__all__ = [
+    "capture_log", "cpu_config", "run_cases_as_script", "assert_close", "assert_equal",
+    "check_layer_outputs", "check_nonvacuous", "check_output", "assert_no_divergence", "first_divergence",
+    "tiling_warning", "Comparison", "compare", "digest", "evidence", "say", "generator", "load_reference",
+    "randn", "seed", "ONE_RANK", "TP_KINDS", "WRONG_SHARD_ENV", "CaseSkipped", "World", "all_ranks_agree",
+    "layer_tp", "mpiexec", "mpirun", "on_all_ranks", "rank_lines", "script_world", "check_scalars",
+    "RMS_LIMIT", "RMS_MIN_N", "U32", "Tolerance", "tol_elementwise", "tol_linear", "tol_rmsnorm",
+    "tolerance",
+]

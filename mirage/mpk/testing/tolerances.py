@@ -1,0 +1,133 @@
+"""Verification helpers: error-budget tolerances, evidence lines, non-vacuity checks.
+
+Error budget. Every kernel computes in fp32 from its inputs and rounds once to
+the output dtype. With u = unit roundoff (2^-8 bf16, 2^-11 fp16, 2^-24 fp32) and the
+reference evaluated in float64 on the same inputs, each output element obeys
+
+    |out - ref| <= rtol * |ref| + atol
+
+    rtol = u_out + ops * u32
+        u_out |ref|: the final rounding to the output dtype;
+        ops * u32: a few fp32 operations per element (multiplies, exp, rsqrt); for a
+        normalization the reduction error is relative to the result, so it adds
+        (reduction_length / 2) ops (sum of squares, halved by the square root).
+    atol = ((k + 1) * u32 + u_in) * scale + tiny_out / 2
+        (k + 1) * u32 * scale: recursive fp32 summation of k terms in any order, with
+        scale = sum_i |x_i * w_i| per element (Higham's gamma_k bound; products of bf16 or
+        fp16 values are exact in fp32, fp32 products add the "+1");
+        u_in * scale: inputs that are themselves rounded intermediates of a chain may sit
+        one rounding away from the reference's (0 for graph inputs);
+        tiny_out / 2: half the smallest subnormal of the output dtype, the rounding floor.
+
+These are worst-case bounds, not fitted thresholds: a missed tile, a wrong column or a
+dropped dependency produces errors of the size of |ref| itself, far outside them in fp32.
+For bf16/fp16 chains the tight check is per layer (each layer's reference applied to the
+kernel's own inputs); the end-to-end bound composes the layers' u_in terms.
+
+Statistical check (the rms ratio). The worst-case bound grows like k: it assumes every
+rounding at its maximum, all of one sign. A correct kernel's errors are independent roundings
+that grow like sqrt(k), so at large k the worst-case bound has room for a systematic loss of
+precision (a K=4096 fp32 linear that rounds its inputs to bf16; an RMSNorm that divides by
+h-1 at h=4096). So each comparison also checks the errors against a statistical budget.
+
+    Model: each element's error is a sum of independent, zero-mean roundings. A round to
+    nearest of v is uniform within half an ulp, so its variance is (ulp/2)^2 / 3 <= (u v)^2 / 3
+    (the same u that bounds it). Summing the terms of the worst-case budget as variances:
+
+    sigma_i^2 = [ (u_out^2 + ops u32^2) ref_i^2     output rounding and `ops` fp32 operations
+                  + (k + 1) u32^2 scale_i^2         k additions whose partial sums are <= scale_i
+                                                    (+1: the products; exact for bf16/fp16 inputs)
+                  + u_in^2 scale2_i                 rounded chain inputs: sum_j (x_j w_j)^2 if the
+                                                    caller gives scale2, else scale_i^2 (>= it)
+                  + (tiny_out / 2)^2 ] / 3          the output's subnormal floor
+
+    Statistic: r = sqrt(sum_i err_i^2 / sum_i sigma_i^2), the "rms ratio"; it fails above
+    RMS_LIMIT = 3 when n_eff = (sum_i sigma_i^2)^2 / sum_i sigma_i^4 (the number of elements,
+    discounted for unequal sigma_i) is at least RMS_MIN_N = 64; below that only the worst-case
+    bound applies. Every evidence line shows `rms_ratio=r/limit` ("-" for the limit when the
+    check does not apply, `rms_ratio=-` for a hand-made Tolerance without a model).
+
+    False alarms. S = sum_i err_i^2 has E[S] = sum_i s_i^2 <= V = sum_i sigma_i^2 (s_i: the
+    true standard deviation, sigma_i bounds it) and, with independent errors of Gaussian-like
+    4th moment (kurtosis <= 3; one uniform rounding has 1.8, a sum of them lies in between),
+    Var[S] = sum_i (kurt_i - 1) s_i^4 <= 2 sum_i sigma_i^4. The check fails iff S > T^2 V with
+    T = RMS_LIMIT, i.e. S - E[S] >= (T^2 - 1) V, so by Cantelli's inequality
+        P(false alarm) <= Var[S] / ((T^2 - 1) V)^2 <= 2 / ((T^2 - 1)^2 n_eff) = 1 / (32 n_eff),
+    at most 4.9e-4 at n_eff >= 64 (the minimum: a few hundred comparisons per suite run then
+    give well under one expected false alarm even by this loose bound; from a few elements a
+    bias cannot be told from noise anyway). Errors shared by many elements (the rsqrt of an
+    RMSNorm row) make elements dependent: read n_eff as the number of independent groups (16
+    rows: 2e-3); even one error shared by all gives <= 2 / (T^2 - 1)^2 = 3%. The true rates are
+    far lower: sigma_i is an upper bound (every partial sum is taken at its maximum, `scale`; a
+    rounding at u |v| >= half an ulp of v), so a correct kernel shows r well below 1 (bf16/fp16
+    output rounding alone gives r ~ 0.74, fp32 linear ~ 0.01), and the inputs come from fixed seeds.
+
+    What it assumes: roundings are independent and unbiased (round to nearest). What it cannot
+    see: a bias smaller than the noise it hides in (a relative bias below about T sqrt(u_out^2
+    / 3), ~0.7% in bf16, under bf16's own output rounding), or one confined to a few elements
+    (the worst-case bound is the check for those).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..dtypes import DType, to_dtype
+
+U32 = 2.0**-24
+_TINY = {torch.bfloat16: 2.0**-133, torch.float16: 2.0**-24, torch.float32: 2.0**-149}
+RMS_LIMIT = 3.0         # the rms ratio's limit T (module doc: false alarms <= 2 / ((T^2 - 1)^2 n_eff))
+RMS_MIN_N = 64          # the fewest effective elements for which the rms ratio is checked
+
+
+@dataclass
+class Tolerance:
+    atol: torch.Tensor | float     # per element (broadcastable) or scalar
+    rtol: float
+    why: str                       # how the budget was derived, for the failure message
+    # The statistical model (module doc): sigma_i^2 = var_abs + var_rel * ref_i^2. None: no model
+    # (a hand-made budget, e.g. one carrying a worst-case upstream error): the rms ratio is not checked.
+    var_abs: torch.Tensor | float | None = None
+    var_rel: float = 0.0
+
+
+def tolerance(dtype: DType | torch.dtype, *, k: int = 0, scale: torch.Tensor | float | None = None,
+              ops: float = 4, input_rounding: DType | torch.dtype | None = None,
+              scale2: torch.Tensor | float | None = None) -> Tolerance:
+    """The one tolerance function: output rounding + fp32 accumulation over k terms, as a
+    worst-case bound (atol, rtol) and as per-element variances for the rms ratio (module doc).
+
+    scale2: sum of the squared terms per element (sum_j (x_j w_j)^2), for the input-rounding
+    variance; default scale^2, which is never smaller."""
+    d = to_dtype(dtype)
+    u_in = to_dtype(input_rounding).unit_roundoff if input_rounding is not None else 0.0
+    rtol = d.unit_roundoff + ops * U32
+    floor = _TINY[d.torch] / 2
+    var_rel = (d.unit_roundoff**2 + ops * U32**2) / 3
+    if scale is None:
+        atol: torch.Tensor | float = floor
+        var_abs: torch.Tensor | float = floor**2 / 3
+    else:
+        s = scale.double() if isinstance(scale, torch.Tensor) else float(scale)
+        s2 = s * s if scale2 is None else (scale2.double() if isinstance(scale2, torch.Tensor) else scale2)
+        atol = ((k + 1) * U32 + u_in) * s + floor
+        var_abs = ((k + 1) * U32**2 * s * s + u_in**2 * s2 + floor**2) / 3
+    why = f"u_out={d.unit_roundoff:.3g}, k={k}, ops={ops:g}, u_in={u_in:.3g}"
+    return Tolerance(atol, rtol, why, var_abs, var_rel)
+
+
+def tol_elementwise(dtype, scale: torch.Tensor | None = None, input_rounding=None) -> Tolerance:
+    """add / silu_mul / copy: a few fp32 ops per element; scale = |a| + |b| for a sum."""
+    k = 1 if scale is not None else 0
+    return tolerance(dtype, k=k, scale=scale, ops=8, input_rounding=input_rounding)
+
+
+def tol_linear(dtype, k: int, scale: torch.Tensor, input_rounding=None) -> Tolerance:
+    """x @ W^T (+ residual): scale = |x| @ |W|^T (+ |residual|), k = in_features (+1)."""
+    return tolerance(dtype, k=k, scale=scale, ops=2, input_rounding=input_rounding)
+
+
+def tol_rmsnorm(dtype, hidden: int) -> Tolerance:
+    """rmsnorm: the mean of squares is relative to the result: hidden/2 + rsqrt + 2 multiplies."""
+    return tolerance(dtype, ops=hidden / 2 + 6)
