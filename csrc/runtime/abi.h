@@ -5,7 +5,7 @@
 #pragma once
 #include <stdint.h>
 
-#define MPK_ABI_VERSION 7
+#define MPK_ABI_VERSION 8
 #define MPK_MAX_DIMS 4
 #define MPK_MAX_TILES 8      // inputs + outputs of one task
 #define MPK_MAX_TRIGGERS 8   // docs/dependencies.md: more than this and the graph builder coarsens
@@ -186,6 +186,15 @@ int64_t mpk_iterations(void* handle);
 // a NULL handle.
 int mpk_abort(void* handle);
 void mpk_finalize(void* handle);
+// A kernel-level run (mirage.mpk.testing.run_tasks): task `pos` alone, on one block, on the calling
+// thread (CPU: the SIMT emulation, its threads in the order `seed` draws; CUDA: one block of
+// mpk_execute_one, then a synchronize). No scheduler, no events, no meta-tensor pass; no launch may be
+// in flight on the handle. tensor_ptrs: num_tensors pointers for this run (NULL: mpk_init's). CPU only:
+// watch_addr/watch_bytes (NULL/0: none) name bytes whose last writer's linear thread index goes to
+// *watch_thread (-1: none wrote them). Returns MPK_OK, or MPK_INVALID / MPK_INTERNAL with the reason in
+// mpk_error_message.
+int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* const* tensor_ptrs, const void* watch_addr,
+                 int64_t watch_bytes, int32_t* watch_thread);
 #ifdef __cplusplus
 }
 #endif

@@ -149,6 +149,91 @@ MPK_EXPORT int64_t mpk_iterations(void* handle) {
     return handle ? mpk::ld_relaxed(&static_cast<mpk::host::Kernel*>(handle)->control.iterations) : -1;
 }
 
+// One task alone (abi.h: mpk_run_task). Its TaskView is the executor's (executor.cuh fill_view) minus
+// the executor: a cross-rank wait or signal (allreduce) goes to this rank's own counters directly, as
+// only this rank runs; a wait that is not satisfied within kRunTaskWaitS fails the task, naming it.
+namespace mpk {
+namespace host {
+constexpr double kRunTaskWaitS = 5.0;
+inline bool run_task_wait(const TaskView& v, const int64_t* counter, int64_t needed, int32_t peer, int32_t) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(kRunTaskWaitS);
+    while (ld_acquire_sys(counter) < needed) {
+        if (std::chrono::steady_clock::now() > until)
+            throw std::runtime_error("task " + std::to_string(v.task - static_cast<const MpkTask*>(v.executor)) +
+                                     " waits for rank " + std::to_string(peer) + " (counter " +
+                                     std::to_string(ld_acquire_sys(counter)) + ", needs " + std::to_string(needed) +
+                                     "): a kernel-level run has only this rank");
+        std::this_thread::yield();
+    }
+    return true;
+}
+inline void run_task_signal(const TaskView&, int64_t* counter, int64_t value, int32_t) { st_release_sys(counter, value); }
+}  // namespace host
+}  // namespace mpk
+
+MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* const* tensor_ptrs, const void* watch_addr,
+                            int64_t watch_bytes, int32_t* watch_thread) {
+    if (!handle) return MPK_INVALID;
+    mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(handle);
+    k.message.clear();
+    if (pos < 1 || pos >= k.cfg.num_tasks) {
+        k.message = "mpk_run_task: task " + std::to_string(pos) + " is not a layer task (1.." +
+                    std::to_string(k.cfg.num_tasks - 1) + ")";
+        return MPK_INVALID;
+    }
+    if (__atomic_exchange_n(&k.launching, 1, __ATOMIC_ACQ_REL)) {
+        k.message = "mpk_run_task: a launch is in flight on this handle";
+        return MPK_INVALID;
+    }
+    int status = MPK_OK;
+    try {
+        const MpkTask& t = k.tasks[size_t(pos)];
+        void* const* bases = tensor_ptrs ? tensor_ptrs : k.tensors.data();
+        // this rank's copy of a symmetric tensor is the one this run hands the kernel
+        std::vector<void*> peers = k.peer_tensors;
+        for (int32_t i = 0; tensor_ptrs && !peers.empty() && i < k.cfg.num_tensors; ++i) {
+            void*& mine = peers[size_t(k.cfg.mpi_rank) * size_t(k.cfg.num_tensors) + size_t(i)];
+            if (mine) mine = tensor_ptrs[i];
+        }
+        mpk::TaskView v{};
+        v.task = &t;
+        v.meta = &k.st.meta;
+        for (int32_t i = 0; i < MPK_MAX_TILES; ++i)
+            v.ptrs[i] = i < t.num_inputs + t.num_outputs ? static_cast<char*>(bases[t.tiles[i].tensor]) + t.tiles[i].offset
+                                                          : nullptr;
+        v.iteration = 1;
+        v.rank = k.cfg.mpi_rank;
+        v.world_size = k.cfg.world_size;
+        v.num_tensors = k.cfg.num_tensors;
+        v.peer_tensors = peers.empty() ? nullptr : peers.data();
+        v.peer_signals = k.peer_signals.empty() ? nullptr : k.peer_signals.data();
+        v.wait = mpk::host::run_task_wait;
+        v.signal = mpk::host::run_task_signal;
+        v.executor = k.tasks.data();  // (run_task_wait names the task by its position)
+        v.block_threads = k.cfg.worker_threads;
+        v.smem_bytes = k.cfg.smem_bytes;
+        v.simt_seed = seed;
+        v.on_block = false;
+        v.watch_addr = watch_addr;
+        v.watch_bytes = watch_bytes > 0 ? size_t(watch_bytes) : 0;
+        v.watch_thread = watch_thread;
+        if (watch_thread) *watch_thread = -1;
+        if (!mpk::GeneratedDispatch::run(v)) {
+            k.message = "mpk_run_task: task " + std::to_string(pos) + " has variant " + std::to_string(t.variant) +
+                        ", which this module does not have";
+            status = MPK_INVALID;
+        }
+    } catch (const std::exception& e) {
+        k.message = "task " + std::to_string(pos) + " failed: " + e.what();
+        status = MPK_INTERNAL;
+    } catch (...) {
+        k.message = "task " + std::to_string(pos) + " failed: unknown exception";
+        status = MPK_INTERNAL;
+    }
+    __atomic_store_n(&k.launching, 0, __ATOMIC_RELEASE);
+    return status;
+}
+
 // Ends the executor's threads and frees the handle. A worker still inside a kernel (MPK_STUCK)
 // keeps the handle alive: it is then left allocated, its threads detached.
 MPK_EXPORT void mpk_finalize(void* handle) {
@@ -223,6 +308,61 @@ MPK_EXPORT int mpk_snapshot(void* handle, MpkWorkerState* out, int n) {
 
 MPK_EXPORT int64_t mpk_iterations(void* handle) {
     return handle ? static_cast<mpk::cuda::Kernel*>(handle)->control->iterations : -1;
+}
+
+// One task alone (abi.h: mpk_run_task): one block of mpk_execute_one (entry_cuda.h) on the legacy
+// default stream, then a synchronize. The view lives in device memory, as the executor's does; no
+// wait/signal (a cross-rank layer fails naming itself); the watch is the CPU emulation's only.
+MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* const* tensor_ptrs, const void*,
+                            int64_t, int32_t* watch_thread) {
+    if (!handle) return MPK_INVALID;
+    mpk::cuda::Kernel& k = *static_cast<mpk::cuda::Kernel*>(handle);
+    if (watch_thread) *watch_thread = -1;
+    if (k.unusable || k.in_flight || pos < 1 || pos >= k.cfg.num_tasks) {
+        k.message = "mpk_run_task: task " + std::to_string(pos) + ": not a layer task, or a launch is in flight";
+        return MPK_INVALID;
+    }
+    k.status = MPK_OK;
+    const MpkTask& t = k.tasks[size_t(pos)];
+    std::vector<void*> bases(tensor_ptrs ? tensor_ptrs : k.tensors_host.data(),
+                             (tensor_ptrs ? tensor_ptrs : k.tensors_host.data()) + k.cfg.num_tensors);
+    mpk::TaskView v{};
+    v.task = k.st.tasks + pos;
+    v.meta = &k.d_state->meta;
+    for (int32_t i = 0; i < MPK_MAX_TILES; ++i)
+        v.ptrs[i] = i < t.num_inputs + t.num_outputs ? static_cast<char*>(bases[size_t(t.tiles[i].tensor)]) + t.tiles[i].offset
+                                                      : nullptr;
+    v.iteration = 1;
+    v.rank = k.cfg.mpi_rank;
+    v.world_size = k.cfg.world_size;
+    v.num_tensors = k.cfg.num_tensors;
+    v.block_threads = k.cfg.worker_threads;
+    v.smem_bytes = k.cfg.smem_bytes;
+    v.simt_seed = seed;
+    mpk::TaskView* d_view = nullptr;
+    int* d_status = nullptr;
+    int status = 1;
+    bool ok = MPK_CUDA_CHECK(k, cudaMemcpy(k.d_state, &k.st, sizeof(k.st), cudaMemcpyHostToDevice)) &&
+              MPK_CUDA_CHECK(k, cudaMalloc(&d_view, sizeof(v))) && MPK_CUDA_CHECK(k, cudaMalloc(&d_status, sizeof(int))) &&
+              MPK_CUDA_CHECK(k, cudaMemcpy(d_view, &v, sizeof(v), cudaMemcpyHostToDevice)) &&
+              MPK_CUDA_CHECK(k, cudaFuncSetAttribute(mpk_execute_one, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     k.cfg.smem_bytes));
+    if (ok) {
+        mpk_execute_one<<<1, k.cfg.worker_threads, size_t(k.cfg.smem_bytes)>>>(d_view, d_status);
+        ok = MPK_CUDA_CHECK(k, cudaGetLastError()) && MPK_CUDA_CHECK(k, cudaDeviceSynchronize()) &&
+             MPK_CUDA_CHECK(k, cudaMemcpy(&status, d_status, sizeof(int), cudaMemcpyDeviceToHost));
+    }
+    if (d_view) cudaFree(d_view);
+    if (d_status) cudaFree(d_status);
+    if (!ok) {
+        k.message = "task " + std::to_string(pos) + " failed: " + k.message;
+        return MPK_INTERNAL;
+    }
+    if (status != 0) {
+        k.message = "mpk_run_task: task " + std::to_string(pos) + ": the module has no variant " + std::to_string(t.variant);
+        return MPK_INVALID;
+    }
+    return MPK_OK;
 }
 
 // Frees the handle; an unusable one (a kernel that may still run) is left allocated.

@@ -54,6 +54,7 @@ struct Kernel {
     exec::State st{};                  // device pointers; copied to d_state before each launch
     exec::State* d_state = nullptr;
     std::vector<void*> device_allocs;  // freed at finalize
+    std::vector<void*> tensors_host;   // mpk_init's tensor pointers (device memory), for mpk_run_task
     exec::Control* control = nullptr;  // host-mapped (host pointers; st has the device ones)
     exec::WorkerSlot* workers = nullptr;
     exec::SchedulerSlot* schedulers = nullptr;
@@ -119,6 +120,7 @@ inline bool setup(Kernel& k, void* const* tensors, const MpkMeta& meta, const st
     st.meta = meta;
     st.tasks = device_copy(k, k.tasks.data(), k.tasks.size(), &ok);
     st.events = device_copy(k, k.events.data(), k.events.size(), &ok);
+    k.tensors_host.assign(tensors, tensors + c.num_tensors);
     st.tensors = device_copy(k, tensors, size_t(c.num_tensors), &ok);
     st.peer_tensors = peer_tensors.empty() ? nullptr : device_copy(k, peer_tensors.data(), peer_tensors.size(), &ok);
     st.peer_signals = peer_signals.empty() ? nullptr : device_copy(k, peer_signals.data(), peer_signals.size(), &ok);

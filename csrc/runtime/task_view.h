@@ -1,6 +1,7 @@
 // task_view.h: what a task kernel sees. Kernels get pre-offset pointers, tile shapes
 // and per-task metadata; never the grid, never the graph.
 #pragma once
+#include <stddef.h>
 #include "abi.h"
 #include "platform.h"
 
@@ -29,6 +30,11 @@ struct TaskView {
     int32_t smem_bytes = 0;     // its dynamic shared memory (MpkConfig::smem_bytes)
     uint64_t simt_seed = 0;     // seeds the emulation's thread order for this task and pass
     bool on_block = false;      // the executor's worker block runs it (MPK_RUN_TASK starts no block)
+    // CPU emulation only (ignored under nvcc): a kernel-level re-run (mpk_run_task) watches these
+    // bytes of an output and gets the linear index of the thread that last changed them (-1: none).
+    const void* watch_addr = nullptr;
+    size_t watch_bytes = 0;
+    int32_t* watch_thread = nullptr;
 
     template <typename T> MPK_HOST_DEVICE T* in(int i) const { return static_cast<T*>(ptrs[i]); }
     template <typename T> MPK_HOST_DEVICE T* out(int j) const {

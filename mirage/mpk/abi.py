@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ctypes as C
 
-ABI_VERSION = 7
+ABI_VERSION = 8
 MAX_DIMS, MAX_TILES, MAX_TRIGGERS, NUM_IPARAMS, NUM_FPARAMS = 4, 8, 8, 4, 2
 TASK_TERMINATE, TASK_END_OF_TASK_GRAPH, TASK_FIRST_LAYER = 0, 1, 100
 EVENT_TYPES = {"termination": 0, "launch": 1, "end_of_task_graph": 2}
@@ -84,6 +84,8 @@ def declare(lib: C.CDLL) -> None:
     lib.mpk_finalize.argtypes = [P]
     lib.mpk_finalize.restype = None
     lib.mpk_abort.argtypes = [P]
+    lib.mpk_run_task.argtypes = [P, C.c_int32, C.c_uint64, C.POINTER(C.c_void_p), P, C.c_int64,
+                                 C.POINTER(C.c_int32)]
     if hasattr(lib, "mpk_launch_async"):       # CUDA modules: a launch on the caller's stream
         lib.mpk_launch_async.argtypes = [P, P]
         lib.mpk_wait.argtypes = [P]

@@ -36,3 +36,9 @@ class MPKInstallError(MPKError):
 
 class MPKCacheError(MPKError):
     """The compile cache cannot be used or written; the text names the path and MPK_CACHE_DIR."""
+
+
+class MPKFootprintError(MPKError, AssertionError):
+    """A kernel-level run (testing.run_tasks) saw a task write outside its declared output tiles, depend
+    on memory outside its declared input tiles, race with itself, or leave its output unwritten; the
+    text names the layer, the task's grid coordinate, the tensor and the elements."""

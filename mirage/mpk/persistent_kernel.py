@@ -84,7 +84,7 @@ class PersistentKernel:
                  trace_name: str = "test_trace", spec_decode_config=None, use_cutlass_kernel: bool = False,
                  eos_token_id: int = -1, test_mode: bool = False, *, backend: str = "auto",
                  watchdog_s: float | None = None, schedule_jitter: int | None = None,
-                 fault: Fault | None = None, profile: bool = False):
+                 fault: Fault | None = None, profile: bool = False, target_cc: int | None = None):
         self.params = dict(mode=mode, world_size=world_size, mpi_rank=mpi_rank, num_workers=num_workers,
                            num_local_schedulers=num_local_schedulers,
                            num_remote_schedulers=num_remote_schedulers, max_seq_length=max_seq_length,
@@ -117,6 +117,11 @@ class PersistentKernel:
             schedule_jitter = _seed("schedule_jitter", schedule_jitter)
         self.schedule_jitter = schedule_jitter
         self.sanitize = os.environ.get("MPK_SANITIZE", "")
+        if target_cc is not None and (not isinstance(target_cc, int) or isinstance(target_cc, bool)
+                                      or not 0 <= target_cc < 1000):
+            raise ValueError(f"PersistentKernel: target_cc={target_cc!r}; expected a compute capability as "
+                             f"an int, e.g. 80 (Ampere: a 128-thread worker block) or 90 (Hopper: 256)")
+        self._target_cc = target_cc
         self.fault = fault if fault is not None else faults.from_env()
         if self.fault is not None and self.fault.rank is not None:
             if not 0 <= self.fault.rank < world_size:
@@ -282,17 +287,22 @@ class PersistentKernel:
 
     @property
     def worker_threads(self) -> int:
-        """Threads of the worker block every task runs on: MPK's 256 from Hopper (cc 9.0) on, else 128
-        (the CPU backend emulates a 128-thread block)."""
+        """Threads of the worker block every task runs on: MPK's 256 from Hopper (cc 9.0) on, else 128.
+        The CPU backend emulates the block of target_cc (PersistentKernel(target_cc=90): 256 threads)."""
         return 256 if self.target_cc >= 90 else 128
 
     @property
     def target_cc(self) -> int:
-        """Compute capability of the device (e.g. 90); 0 on the CPU backend."""
+        """Compute capability the kernel is built for (e.g. 90): the device's on CUDA (target_cc=, if
+        given, must match it); on the CPU backend the target_cc= given (0 if none: a 128-thread block)."""
         if self.device is not None and self.device.type == "cuda":
             major, minor = torch.cuda.get_device_capability(self.device)
-            return major * 10 + minor
-        return 0
+            cc = major * 10 + minor
+            if self._target_cc not in (None, cc):
+                raise ValueError(f"PersistentKernel(target_cc={self._target_cc}) but {self.device} has "
+                                 f"compute capability {cc}; leave target_cc unset on CUDA")
+            return cc
+        return self._target_cc or 0
 
     def _resolve_backend(self) -> str:
         device_type = self.device.type if self.device is not None else "cpu"

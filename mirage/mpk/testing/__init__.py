@@ -7,6 +7,7 @@ One import for a test file (`from mirage.mpk import testing`); each concern is a
   checks      assert_close / assert_equal / check_output and the non-vacuity checks
   diagnosis   bad tiles by grid coordinate, the first divergent layer, the serial re-run
   scalars     check_scalars: does a case exercise a layer's scalar parameters
+  kernel      run_tasks: one layer's tasks alone, with the footprint checks (kernel-level tests)
   inputs      seed, contained generators, randn, load_reference
   cases       cpu_config, run_cases_as_script, capture_log
   ranks       multi-rank agreement, tensor parallelism (World, TP_KINDS), mpirun
@@ -16,6 +17,7 @@ from .checks import assert_close, assert_equal, check_layer_outputs, check_nonva
 from .diagnosis import assert_no_divergence, first_divergence, tiling_warning
 from .evidence import Comparison, compare, digest, evidence, say
 from .inputs import generator, load_reference, randn, seed
+from .kernel import KernelRun, MPKFootprintError, run_tasks
 from .ranks import (
     ONE_RANK,
     TP_KINDS,
@@ -43,6 +45,7 @@ from .tolerances import (
 )
 
 __all__ = [
+    "KernelRun", "MPKFootprintError", "run_tasks",
     "capture_log", "cpu_config", "run_cases_as_script", "assert_close", "assert_equal",
     "check_layer_outputs", "check_nonvacuous", "check_output", "assert_no_divergence", "first_divergence",
     "tiling_warning", "Comparison", "compare", "digest", "evidence", "say", "generator", "load_reference",

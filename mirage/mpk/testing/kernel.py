@@ -1,0 +1,419 @@
+"""Kernel-level runs: one layer's tasks, each alone on one block, every byte around it watched.
+
+This is where a layer author iterates (tests/runtime_python/<layer>/test_<layer>.py; docs/kernel_tests.md):
+no scheduler, no events, no meta-tensor pass, the same kernel source and the same build cache as test
+mode (mpk_run_task in csrc/runtime/entry.h). For every task of `coords`:
+
+  1. every tensor's storage span (and a red zone on each side) is filled with a poison, except the
+     task's declared input tiles, which hold the inputs; its declared output tiles hold the poison too;
+  2. the task runs alone (CPU: the SIMT emulation with a seeded thread order);
+  3. footprint, writes: every byte outside its declared output tiles must still hold what step 1 put
+     there (a write outside a tile, into storage padding, or past either end of a tensor is named);
+  4. the same with a second poison (another bit pattern, finite where the first is NaN): the output
+     tiles must come out bit-identical, or the task read memory outside its declared input tiles; the
+     byte is found by bisection (a handful of re-runs) and named;
+  5. the same with a second thread order: bit-identical, or the block races with itself;
+  6. every element of its declared output tiles was written (not poison after both runs).
+
+A violation raises MPKFootprintError naming the layer, the task's grid coordinate, the tensor and the
+element range. The outputs the tasks wrote are copied into the tensors given and returned; a mismatch
+against a reference (KernelRun.check) names the tasks whose tiles are wrong and, under the emulation,
+the thread (warp, lane) that last wrote the first bad element.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .. import written
+from ..dtypes import to_dtype
+from ..errors import MPKFootprintError  # noqa: F401  (re-exported by testing)
+from ..graph import Task
+from ..layers import DEFAULT_CHECKS, Layer
+from ..tensor import ATTACHED, SHUFFLED, DTensor, check_name, shuffle_into
+from .checks import check_nonvacuous
+from .evidence import RMS_LIMIT, Comparison, _fmt_index, _rms, compare, evidence, say
+from .inputs import seed as test_seed
+from .tolerances import Tolerance
+
+# The two poisons, per element width: the first is test mode's output poison (written.SENTINEL, a NaN
+# no arithmetic produces); the second a finite value (0x41 bytes: 12.1 in fp32 and bf16, 2.63 in fp16),
+# so that a value read from outside a tile changes the result whatever the kernel does with it.
+POISONS = ({1: 0xA5, **written.SENTINEL}, {n: int("41" * n, 16) for n in (1, 2, 4, 8)})
+RED_FILL = (0xA5, 0x41)           # the red zones' bytes with each poison
+# Each red zone: as large as the span, so a write a whole tile past either end lands in it (256 bytes,
+# a CUDA allocation's alignment, at least; 1 MiB at most).
+RED_MIN, RED_MAX = 256, 1 << 20
+_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+MAX_SHOWN = 3                     # element ranges named per violation
+
+
+# ---- buffers: one tensor's storage span between red zones ---------------------------------------
+
+class SpanBuffer:
+    """A copy of a tensor's storage span (first to last element, padding of strided views included)
+    between two red zones, on the tensor's device; `tensor` has the source's shape and strides."""
+
+    def __init__(self, t: torch.Tensor):
+        self.shape, self.strides, self.itemsize = tuple(t.shape), tuple(t.stride()), t.element_size()
+        self.span = 1 + sum((d - 1) * s for d, s in zip(self.shape, self.strides))     # elements
+        nbytes = self.span * self.itemsize
+        self.red = min(RED_MAX, max(RED_MIN, -(-nbytes // RED_MIN) * RED_MIN))
+        self.raw = torch.empty(2 * self.red + nbytes, dtype=torch.uint8, device=t.device)
+        self.slots = self.raw[self.red:self.red + nbytes].view(_INT[self.itemsize])
+        self.tensor = self.slots.view(t.dtype).as_strided(self.shape, self.strides)
+        # offset (in elements, inside the span) of every element of the tensor, and the inverse map
+        self.offsets = torch.arange(self.span, device=t.device).as_strided(self.shape, self.strides)
+        self.index_of = torch.full((self.span,), -1, dtype=torch.int64, device=t.device)
+        self.index_of[self.offsets.flatten()] = torch.arange(self.offsets.numel(), device=t.device)
+
+    @property
+    def pointer(self) -> int:
+        return self.slots.data_ptr()
+
+    def red_zones(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.raw[:self.red], self.raw[self.red + self.span * self.itemsize:]
+
+
+def _slices(box) -> tuple[slice, ...]:
+    return tuple(slice(lo, hi) for lo, hi in zip(*box))
+
+
+@dataclass
+class _Image:
+    """What a task's run starts from, per tensor: the span's slots, the red zones' byte, and the mask
+    of the slots the task may write (its declared output tiles)."""
+    slots: torch.Tensor
+    red: int
+    writable: torch.Tensor
+
+
+# ---- the run ---------------------------------------------------------------------------------
+
+@dataclass
+class KernelRun:
+    """The result of run_tasks: the layer, the tasks that ran and the outputs they wrote."""
+    layer: Layer
+    tasks: list[Task]
+    outputs: dict[str, torch.Tensor]             # declared outputs, as the tasks that ran wrote them
+    covered: dict[str, torch.Tensor]             # per output: the elements those tasks' tiles cover
+    _harness: "_Harness" = field(repr=False, default=None)
+
+    @property
+    def coords(self) -> list[tuple[int, int, int]]:
+        return [t.coord for t in self.tasks]
+
+    def check(self, name: str, expected: torch.Tensor, tol: Tolerance, checks=DEFAULT_CHECKS,
+              inputs: tuple[torch.Tensor, ...] = ()) -> None:
+        """The evidence line of output `name` over the tiles of the tasks that ran, then the layer's
+        non-vacuity checks there; a mismatch names the tasks with bad elements and (CPU) the thread
+        that last wrote the first of them."""
+        if name not in self.outputs:
+            raise KeyError(f"run_tasks: layer '{self.layer.name}' has no declared output '{name}'; outputs: "
+                           f"{sorted(self.outputs)}")
+        actual, cover = self.outputs[name], self.covered[name]
+        if tuple(expected.shape) != tuple(actual.shape):
+            raise AssertionError(f"'{name}': the values for attribute 'shape' do not match: "
+                                 f"{tuple(actual.shape)} != {tuple(expected.shape)}")
+        c = _restrict(compare(actual, expected.to(actual.device), tol), cover)
+        label = f"{self.layer.name}.{name}[kernel,{len(self.tasks)} task(s),{self._harness.threads} threads]"
+        evidence(label, actual, expected, tol, c)
+        if not c.passed:
+            raise AssertionError(self._mismatch(name, label, actual, expected, c, tol))
+        same_shape = tuple(x[cover] for x in inputs if x.shape == actual.shape)
+        check_nonvacuous(label, actual[cover], checks, same_shape,
+                         reference=expected[cover].to(actual.device))
+
+    def _mismatch(self, name: str, label: str, actual, expected, c: Comparison, tol: Tolerance) -> str:
+        shape = tuple(actual.shape)
+        bad = c.bad if c.n_bad else (c.diff > 0)
+        first = int(bad.flatten().nonzero()[0]) if bad.any() else int(c.diff.argmax())
+        idx = _fmt_index(first, shape)
+        tasks = [t for t in self.tasks for tile in t.outputs
+                 if tile.declared and tile.tensor.name == name and bad[_slices(tile.box)].any()]
+        owner = next((t for t in tasks if _inside(idx, t, name)), None)
+        what = (f"{c.n_bad} / {int(self.covered[name].sum())} elements of the tasks' tiles outside the budget"
+                if c.n_bad else f"rms ratio {c.rms_ratio:.3g} > limit {RMS_LIMIT:g}")
+        lines = [f"'{label}' is not close ({str(actual.dtype)[6:]}, {shape}): {what}",
+                 f"First bad element {idx}: actual {float(actual.flatten()[first].double()):.6g}, expected "
+                 f"{float(expected.flatten()[first].double()):.6g}, "
+                 f"allowed {float(c.allowed.flatten()[first]):.3g}",
+                 f"Tasks with bad elements (grid coordinate): {', '.join(str(t.coord) for t in tasks[:16])}"
+                 f"{' ...' if len(tasks) > 16 else ''}"]
+        if owner is not None:
+            lines.append(self._harness.who_wrote(owner, name, idx))
+        lines.append(f"Tolerance budget: {tol.why}; seed: MPK_SEED={test_seed()}")
+        return "\n".join(lines)
+
+
+def _inside(idx: tuple[int, ...], task: Task, name: str) -> bool:
+    return any(tile.declared and tile.tensor.name == name and
+               all(lo <= i < hi for i, lo, hi in zip(idx, *tile.box)) for tile in task.outputs)
+
+
+def _restrict(c: Comparison, cover: torch.Tensor) -> Comparison:
+    """c over the covered elements only (the others are judged nowhere: their tasks did not run)."""
+    keep = cover.expand_as(c.diff)
+    c.diff, c.bad = torch.where(keep, c.diff, 0.0), c.bad & keep
+    if c.var is not None:
+        c.var = torch.where(keep, c.var, 0.0)
+        c.rms_ratio, c.n_eff = _rms(c.diff[keep], c.var[keep])
+    return c
+
+
+class _Harness:
+    """The compiled one-layer kernel, its buffers, and one task's runs."""
+
+    def __init__(self, pk, layer: Layer, seed: int):
+        self.pk, self.layer, self.seed = pk, layer, seed
+        self.threads = pk.worker_threads
+        self.table: list[DTensor] = pk._table()
+        self.buffers = [SpanBuffer(t.data) for t in self.table]
+        self.pointers = [b.pointer for b in self.buffers]
+        self.runtime = pk._runtime
+
+    # ---- images
+
+    def image(self, task: Task, k: int) -> list[_Image]:
+        """Run `task` from poison k: everything poison but its input tiles."""
+        images = []
+        for t, b in zip(self.table, self.buffers):
+            slots = torch.full((b.span,), POISONS[k][b.itemsize], dtype=_INT[b.itemsize],
+                               device=b.slots.device)
+            view = slots.view(t.data.dtype).as_strided(b.shape, b.strides)
+            writable = torch.zeros(b.span, dtype=torch.bool, device=b.slots.device)
+            for tile in task.inputs:
+                if tile.tensor is t:
+                    view[_slices(tile.box)] = t.data[_slices(tile.box)]
+            for tile in task.outputs:
+                if tile.declared and tile.tensor is t:
+                    writable[b.offsets[_slices(tile.box)].flatten()] = True
+            images.append(_Image(slots, RED_FILL[k], writable))
+        return images
+
+    def run(self, task: Task, images: list[_Image], seed: int, watch: tuple[int, int] | None = None) -> int:
+        for b, im in zip(self.buffers, images):
+            b.slots.copy_(im.slots)
+            for zone in b.red_zones():
+                zone.fill_(im.red)
+        return self.runtime.run_task(task.id, seed, self.pointers, watch)
+
+    def task_seed(self, task: Task, k: int) -> int:
+        return (self.seed * 0x9E3779B97F4A7C15 + task.id * 0x632BE59BD9B4E019 + k) % 2**64
+
+    # ---- checks
+
+    def where(self, task: Task) -> str:
+        return f"task {task.coord} of layer '{self.layer.name}' ({self.layer.kind})"
+
+    def check_writes(self, task: Task, images: list[_Image], what: str) -> None:
+        """Every byte outside the task's declared output tiles holds what the run started from."""
+        for t, b, im in zip(self.table, self.buffers, images):
+            changed = (b.slots != im.slots) & ~im.writable
+            if changed.any():
+                raise MPKFootprintError(f"{self.where(task)} writes outside its declared output tiles "
+                                        f"({what}): {_describe(t, b, changed.nonzero().flatten())}")
+            for side, zone in zip(("before its start", "past its end"), b.red_zones()):
+                hit = (zone != im.red).nonzero().flatten()
+                if hit.numel():
+                    lo, hi = int(hit[0]), int(hit[-1]) + 1
+                    span_bytes = b.span * b.itemsize
+                    rel = (lo - b.red, hi - b.red) if side.startswith("before") else \
+                        (span_bytes + lo, span_bytes + hi)
+                    raise MPKFootprintError(
+                        f"{self.where(task)} writes outside tensor '{t.name}' ({t.dtype.name}, {b.shape}, "
+                        f"{span_bytes} bytes): bytes [{rel[0]}, {rel[1]}) relative to its first element, "
+                        f"{side} ({what})")
+
+    def outputs(self) -> list[torch.Tensor]:
+        return [b.slots.clone() for b in self.buffers]
+
+    def who_wrote(self, task: Task, name: str, idx: tuple[int, ...]) -> str:
+        """Re-run `task` (first poison, first seed) watching element `idx` of output `name`."""
+        if self.pk.device.type != "cpu":
+            return f"Task {task.coord} wrote element {idx} (the writing thread: CPU emulation only)"
+        i = next(i for i, t in enumerate(self.table) if t.name == name)
+        b = self.buffers[i]
+        address = b.pointer + int(b.offsets[idx]) * b.itemsize
+        thread = self.run(task, self.image(task, 0), self.task_seed(task, 0), watch=(address, b.itemsize))
+        if thread < 0:
+            return f"Task {task.coord}: no thread wrote element {idx} (a re-run watched it)"
+        return (f"Task {task.coord}: element {idx} was last written by thread {thread} (warp {thread // 32}, "
+                f"lane {thread % 32}) in a re-run that watched it")
+
+    def find_read(self, task: Task, images: tuple[list[_Image], list[_Image]],
+                  reference: list[torch.Tensor]) -> str:
+        """Which byte outside the input tiles the result depends on: bisect over the slots whose two
+        poisons differ (outside the input tiles), switching a subset to the second poison."""
+        first, second = images
+        candidates = [(i, (a.slots != c.slots).nonzero().flatten())
+                      for i, (a, c) in enumerate(zip(first, second))]
+
+        def differs(choice: list[tuple[int, torch.Tensor]], red: int = -1) -> bool:
+            mixed = [_Image(im.slots.clone(), second[i].red if i == red else im.red, im.writable)
+                     for i, im in enumerate(first)]
+            for i, slots in choice:
+                mixed[i].slots[slots] = second[i].slots[slots]
+            self.run(task, mixed, self.task_seed(task, 0))
+            return any(not torch.equal(b.slots[w], r[w]) for b, r, w in
+                       zip(self.buffers, reference, (im.writable for im in first)))
+        for i, slots in candidates:
+            if not slots.numel() or not differs([(i, slots)]):
+                continue
+            for _ in range(64):          # halve until one slot is left (log2 of the span's slots)
+                if slots.numel() == 1:
+                    break
+                half = slots[: slots.numel() // 2]
+                slots = half if differs([(i, half)]) else slots[slots.numel() // 2:]
+            t, b = self.table[i], self.buffers[i]
+            return _describe(t, b, slots[:1]) + (" (one of the elements read)" if slots.numel() == 1 else "")
+        for i, t in enumerate(self.table):
+            if differs([], red=i):
+                b = self.buffers[i]
+                return (f"memory just outside tensor '{t.name}' ({t.dtype.name}, {b.shape}): before its "
+                        f"first or past its last element (its red zones, {b.red} bytes each side)")
+        return "several regions together (no one tensor's region changes the result alone)"
+
+
+def _describe(t: DTensor, b: SpanBuffer, slots: torch.Tensor) -> str:
+    """Slots (element offsets in the span) as element ranges of tensor t: "tensor 'out' (...):
+    elements (4, 0)..(4, 383) (384 elements)", or storage padding a strided view skips."""
+    index = b.index_of[slots]
+    pad = slots[index < 0]
+    shown, runs = [], []
+    elems = index[index >= 0].tolist()
+    for e in elems:
+        if runs and e == runs[-1][1] + 1:
+            runs[-1][1] = e
+        else:
+            runs.append([e, e])
+    for lo, hi in runs[:MAX_SHOWN]:
+        a, z = _fmt_index(lo, b.shape), _fmt_index(hi, b.shape)
+        shown.append(f"{a}" if lo == hi else f"{a}..{z} ({hi - lo + 1} elements)")
+    if len(runs) > MAX_SHOWN:
+        shown.append(f"and {len(runs) - MAX_SHOWN} more range(s)")
+    if pad.numel():
+        shown.append(f"{pad.numel()} slot(s) of storage padding the view skips (first at element offset "
+                     f"{int(pad[0])})")
+    return f"tensor '{t.name}' ({t.dtype.name}, shape {b.shape}, strides {b.strides}): {'; '.join(shown)}"
+
+
+def _attach(pk, name: str, t: torch.Tensor) -> DTensor:
+    """attach_input, also for a strided view (a kernel-level test exercises the strides a kernel
+    accepts; test mode itself takes contiguous tensors, as MPK does)."""
+    if t.is_contiguous():
+        return pk.attach_input(t, name=name)
+    pk._claim_device(t.device, f"tensor '{name}'")
+    return pk._add(DTensor(check_name(name, pk.tensors), tuple(t.shape), tuple(t.stride()), to_dtype(t.dtype),
+                           ATTACHED, data=t))
+
+
+def run_tasks(layer_call: Callable, tensors: dict[str, torch.Tensor], coords=None, *, target_cc: int = 0,
+              seed: int = 0) -> KernelRun:
+    """Build one layer (layer_call(pk, {name: DTensor})), compile it (the test-mode build and cache) and
+    run its tasks alone with the footprint checks (module doc). coords: None (every task), "edges"
+    (the first and last), or a list of grid coordinates. target_cc 0/80: a 128-thread worker block;
+    90/100: 256 threads. Returns the KernelRun; the given output tensors receive what the tasks wrote."""
+    from ..persistent_kernel import PersistentKernel
+
+    cuda = any(t.device.type == "cuda" for t in tensors.values())
+    pk = PersistentKernel(test_mode=True, num_workers=1, num_local_schedulers=1,
+                          target_cc=None if cuda else target_cc)
+    try:
+        dts = {name: _attach(pk, name, t) for name, t in tensors.items()}
+        layer_call(pk, dts)
+        if len(pk.layers) != 1:
+            raise ValueError(f"run_tasks: layer_call declared {len(pk.layers)} layers; a kernel-level run "
+                             f"takes exactly one")
+        layer = pk.layers[0]
+        pk.compile()
+        tasks = _select(pk.graph.layer_tasks(layer), coords, layer)
+        for t in pk._table():
+            if t.kind == SHUFFLED:
+                shuffle_into(t)
+        h = _Harness(pk, layer, seed)
+        keep = {h.table.index(a.tensor) for a in layer.outputs if a.written}
+        results = {}
+        for task in tasks:
+            got = _run_one(h, task)
+            results[task.id] = {i: got[i] for i in keep}      # only the outputs: weights can be large
+        run = _collect(h, layer, tasks, results, dts)
+        say(f"FOOTPRINT {layer.name}[{layer.kind},{len(tasks)}/{layer.num_tasks} task(s),{h.threads} "
+            f"threads] writes only its output tiles, reads only its input tiles (2 poisons), thread-order "
+            f"independent (2 seeds), every declared element written PASS")
+        return run                # pk stays open for KernelRun.check's re-runs; freed when collected
+    except BaseException:
+        pk.finalize()
+        raise
+
+
+def _select(tasks: list[Task], coords, layer: Layer) -> list[Task]:
+    if coords is None:
+        return tasks
+    if coords == "edges":
+        return [tasks[0]] if len(tasks) == 1 else [tasks[0], tasks[-1]]
+    by = {t.coord: t for t in tasks}
+    chosen = []
+    for c in coords:
+        key = tuple(c) + (0,) * (3 - len(tuple(c)))
+        if key not in by:
+            raise ValueError(f"run_tasks: layer '{layer.name}' has no task at grid coordinate {tuple(c)} "
+                             f"(grid {layer.grid})")
+        chosen.append(by[key])
+    return chosen
+
+
+def _run_one(h: _Harness, task: Task) -> list[torch.Tensor]:
+    """The three runs of one task (two poisons, two thread orders) and their checks; its outputs."""
+    first, second = h.image(task, 0), h.image(task, 1)
+    h.run(task, first, h.task_seed(task, 0))
+    h.check_writes(task, first, "first poison")
+    got = h.outputs()
+    h.run(task, second, h.task_seed(task, 0))
+    h.check_writes(task, second, "second poison")
+    for t, b, im, im2, g in zip(h.table, h.buffers, first, second, got):
+        still = (g == im.slots) & (b.slots == im2.slots) & im.writable
+        if still.any():
+            raise MPKFootprintError(f"{h.where(task)} leaves part of its declared output tile unwritten "
+                                    f"(still poison after runs with two poisons): "
+                                    f"{_describe(t, b, still.nonzero().flatten())}")
+    if any(not torch.equal(b.slots[im.writable], g[im.writable]) for b, im, g in zip(h.buffers, first, got)):
+        where = h.find_read(task, (first, second), got)
+        raise MPKFootprintError(f"{h.where(task)} reads outside its declared input tiles: its output changes "
+                                f"with the poison around them; it depends on {where}")
+    h.run(task, first, h.task_seed(task, 1))
+    for t, b, im, g in zip(h.table, h.buffers, first, got):
+        differs = (b.slots != g) & im.writable
+        if differs.any():
+            raise MPKFootprintError(f"{h.where(task)} gives different results with another order of its "
+                                    f"threads (seeds {h.task_seed(task, 0)} and {h.task_seed(task, 1)}): "
+                                    f"a race inside the block (a missing __syncthreads or __syncwarp?): "
+                                    f"{_describe(t, b, differs.nonzero().flatten())}")
+    return got
+
+
+def _collect(h: _Harness, layer: Layer, tasks: list[Task], results: dict, dts: dict) -> KernelRun:
+    """Each declared output as the tasks wrote it (elements of tasks that did not run: poison), copied
+    into the given tensors too."""
+    outputs, covered = {}, {}
+    for acc in layer.outputs:
+        if not acc.written:
+            continue
+        t = acc.tensor
+        i = h.table.index(t)
+        b = h.buffers[i]
+        out = torch.empty(b.shape, dtype=t.data.dtype, device=t.data.device)
+        out.view(_INT[b.itemsize]).fill_(POISONS[0][b.itemsize])
+        cover = torch.zeros(b.shape, dtype=torch.bool, device=t.data.device)
+        for task in tasks:
+            got = results[task.id][i].view(t.data.dtype).as_strided(b.shape, b.strides)
+            for tile in task.outputs:
+                if tile.declared and tile.tensor is t:
+                    out[_slices(tile.box)] = got[_slices(tile.box)]
+                    cover[_slices(tile.box)] = True
+        if t.kind == ATTACHED:
+            dts[t.name].data[cover] = out[cover]
+        outputs[t.name], covered[t.name] = out, cover
+    return KernelRun(layer, tasks, outputs, covered, h)
