@@ -12,7 +12,7 @@ One import for a test file (`from mirage.mpk import testing`); each concern is a
   cases       cpu_config, run_cases_as_script, capture_log
   ranks       multi-rank agreement, tensor parallelism (World, TP_KINDS), mpirun
 """
-from .cases import capture_log, cpu_config, run_cases_as_script
+from .cases import capture_log, cpu_config, run_cases_as_script, run_pytest_file_as_script
 from .checks import assert_close, assert_equal, check_layer_outputs, check_nonvacuous, check_output
 from .diagnosis import assert_no_divergence, first_divergence, tiling_warning
 from .evidence import Comparison, compare, digest, evidence, say
@@ -45,6 +45,7 @@ from .tolerances import (
 )
 
 __all__ = [
+    "run_pytest_file_as_script",
     "KernelRun", "MPKFootprintError", "run_tasks",
     "capture_log", "cpu_config", "run_cases_as_script", "assert_close", "assert_equal",
     "check_layer_outputs", "check_nonvacuous", "check_output", "assert_no_divergence", "first_divergence",

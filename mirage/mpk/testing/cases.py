@@ -5,6 +5,7 @@ import contextlib
 import functools
 import logging
 import os
+import sys
 
 from .. import dist
 from .evidence import say
@@ -68,6 +69,14 @@ def run_cases_as_script(name: str, run_case, dtypes, cases, jitter=None, extra=(
     dist.all_ranks_agree(True, f"All {name} test-mode cases")     # every rank got here
     say(f"generated code and task graph: {pk.output_files[0]}, {pk.output_files[1]}")
     say(f"All {name} test-mode cases PASS")
+
+
+def run_pytest_file_as_script(test_file: str, args: list[str]) -> None:
+    """`python test_<layer>.py [-k EXPR] [pytest options]`: the file's tests through pytest, evidence
+    lines shown (-s); exits with pytest's status, so a failure makes the script exit non-zero."""
+    import pytest
+
+    sys.exit(pytest.main([test_file, "-s", "-q", "-p", "no:cacheprovider", "--import-mode=importlib", *args]))
 
 
 def cpu_config(jitter_seed: int | None = 0, **overrides) -> dict:
