@@ -1,0 +1,82 @@
+"""testing.run_tasks itself (mirage/mpk/testing/kernel.py; docs/kernel_tests.md): which tasks run, what
+the caller gets back, and its refusals. The footprint checks' negative controls are in
+test_kernel_negative_controls.py; each layer's kernel-level test is
+tests/runtime_python/<stem>/test_<stem>.py."""
+import pytest
+import torch
+
+from mirage.mpk import testing, written
+
+ref = testing.load_reference(__file__.replace("test_mode/test_run_tasks.py", "rmsnorm/test_rmsnorm.py"))
+
+
+def rmsnorm(grid: int, threads: int = 128):
+    return lambda pk, t: pk.rmsnorm_layer(input=t["x"], weight=t["w"], output=t["out"], grid_dim=(grid, 1, 1),
+                                          block_dim=(threads, 1, 1))
+
+
+def inputs(batch=6, hidden=96, dtype=torch.float32):
+    gen = testing.generator(offset=41)
+    return testing.randn((batch, hidden), dtype, gen), testing.randn((hidden,), dtype, gen)
+
+
+def test_only_the_chosen_tasks_run_and_the_rest_stays_poison():
+    x, w = inputs()
+    out = torch.full((6, 96), 7.0)
+    run = testing.run_tasks(rmsnorm(3), {"x": x, "w": w, "out": out}, coords=[(1, 0, 0)])
+    assert run.coords == [(1, 0, 0)]
+    got, cover = run.outputs["out"], run.covered["out"]
+    assert cover[2:4].all() and not cover[:2].any() and not cover[4:].any()
+    sentinel = written.SENTINEL[4]
+    assert (got[:2].view(torch.int32) == sentinel).all() and (got[4:].view(torch.int32) == sentinel).all()
+    # the caller's tensor receives what ran, and keeps the rest
+    assert torch.equal(out[2:4], got[2:4]) and (out[:2] == 7.0).all() and (out[4:] == 7.0).all()
+    run.check("out", ref.rmsnorm(x, w), testing.tol_rmsnorm(torch.float32, 96))
+
+
+def test_edges_are_the_first_and_last_task():
+    x, w = inputs()
+    run = testing.run_tasks(rmsnorm(3), {"x": x, "w": w, "out": torch.zeros(6, 96)}, coords="edges")
+    assert run.coords == [(0, 0, 0), (2, 0, 0)]
+
+
+def test_the_worker_block_follows_target_cc():
+    x, w = inputs()
+    assert testing.run_tasks(rmsnorm(3, 256), {"x": x, "w": w, "out": torch.zeros(6, 96)},
+                             target_cc=90)._harness.threads == 256
+    with pytest.raises(ValueError, match=r"block_dim \(256, 1, 1\) has 256 threads, more than the 128"):
+        testing.run_tasks(rmsnorm(3, 256), {"x": x, "w": w, "out": torch.zeros(6, 96)}, target_cc=80)
+
+
+def test_strided_views_reach_the_kernel_with_their_strides():
+    x, w = inputs(hidden=192)
+    xs = x[:, 64:160]                       # a column block: row stride 192
+    run = testing.run_tasks(rmsnorm(2), {"x": xs, "w": w[:96], "out": torch.zeros(6, 96)})
+    assert run._harness.table[0].strides == (192, 1)
+    run.check("out", ref.rmsnorm(xs, w[:96]), testing.tol_rmsnorm(torch.float32, 96))
+
+
+def test_refusals_name_what_is_wrong():
+    x, w = inputs()
+    t = {"x": x, "w": w, "out": torch.zeros(6, 96)}
+    with pytest.raises(ValueError, match=r"no task at grid coordinate \(5, 0, 0\) \(grid \(3, 1, 1\)\)"):
+        testing.run_tasks(rmsnorm(3), t, coords=[(5, 0, 0)])
+    with pytest.raises(ValueError, match="declared 2 layers; a kernel-level run takes exactly one"):
+        testing.run_tasks(lambda pk, d: (rmsnorm(3)(pk, d), rmsnorm(2)(pk, d)), t)
+    run = testing.run_tasks(rmsnorm(3), t)
+    with pytest.raises(KeyError, match=r"no declared output 'y'; outputs: \['out'\]"):
+        run.check("y", ref.rmsnorm(x, w), testing.tol_rmsnorm(torch.float32, 96))
+
+
+def test_a_wrong_result_names_its_tasks():
+    """Negative control of run.check: a reference that is wrong in one task's rows."""
+    x, w = inputs()
+    run = testing.run_tasks(rmsnorm(3), {"x": x, "w": w, "out": torch.zeros(6, 96)})
+    wrong = ref.rmsnorm(x, w)
+    wrong[3, 5] += 1.0
+    with pytest.raises(AssertionError) as e:
+        run.check("out", wrong, testing.tol_rmsnorm(torch.float32, 96))
+    print(e.value)
+    assert "1 / 576 elements of the tasks' tiles outside the budget" in str(e.value)
+    assert "First bad element (3, 5)" in str(e.value)
+    assert "Tasks with bad elements (grid coordinate): (1, 0, 0)" in str(e.value)
