@@ -176,10 +176,20 @@ inline void fail(Kernel& k, int32_t code, const std::string& why) {
 inline void block_failed(Kernel& k, int32_t index, const char* what) {
     const int32_t W = k.cfg.num_workers;
     char buf[256];
-    const int64_t task = ld_acquire(&k.control.failed_task);
-    if (index < W && task > 0 && k.control.failed_worker == index)
+    // The task is the one this worker recorded (note_failed_task: the first failing task of the
+    // launch) or, when another worker's failure won that record, the one its slot shows running: two
+    // blocks failing at once must both name their task, whichever reports first.
+    int64_t task = ld_acquire(&k.control.failed_task), iteration = k.control.failed_iteration;
+    if (index < W && (task <= 0 || k.control.failed_worker != index) &&
+        ld_relaxed(&k.workers[size_t(index)].state) == MPK_WORKER_RUNNING) {
+        task = ld_relaxed(&k.workers[size_t(index)].task);
+        iteration = ld_relaxed(&k.workers[size_t(index)].iteration);
+    } else if (index < W && k.control.failed_worker != index) {
+        task = -1;
+    }
+    if (index < W && task > 0 && task < k.cfg.num_tasks)
         snprintf(buf, sizeof buf, "task %lld (variant %d, iteration %lld) failed: ", (long long)task,
-                 k.tasks[size_t(task)].variant, (long long)k.control.failed_iteration);
+                 k.tasks[size_t(task)].variant, (long long)iteration);
     else if (index < W)
         snprintf(buf, sizeof buf, "worker %d's block failed: ", index);
     else

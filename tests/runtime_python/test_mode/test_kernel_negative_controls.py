@@ -105,17 +105,12 @@ def mismatch_of(msg: str) -> None:
 
 
 TASK = r"task \d+ = 'negctl_twice_0'\(\d, 0, 0\)"
-# Test mode, when two workers' blocks fail at once: the message of the worker that lost the race to
-# record its task (executor.cuh note_failed_task, host_cpu.h block_failed) names no task (about 1 run
-# in 20 here; test_mode_names_the_failing_task below).
-UNNAMED = r"worker \d+'s block failed: "
 
 
 def runtime_error_of(msg: str, kernel_level: bool) -> None:
-    """The emulation's error as the runtime reports it: the task's id, layer and grid coordinate
-    (kernel level always; test mode unless two workers fail at once: UNNAMED)."""
+    """The emulation's error as the runtime reports it: the task's id, layer and grid coordinate."""
     where = (rf"^{TASK} failed: " if kernel_level else
-             rf"^launch failed \(status \d+\): ({TASK} \(variant 0, iteration 1\) failed|{UNNAMED[:-2]}): ")
+             rf"^launch failed \(status \d+\): {TASK} \(variant 0, iteration 1\) failed: ")
     assert re.search(where, msg), msg
 
 
@@ -192,11 +187,9 @@ def test_4b_syncwarp_naming_lanes_that_exited():
     assert f"16 wait at __syncwarp {syncwarp} (warp 3, mask 0xffffffff)" in msg, msg
 
 
-@pytest.mark.xfail(strict=False, reason="when two workers' blocks fail at once, test mode may report the "
-                   "one that lost the race to record its task (executor.cuh note_failed_task: one CAS for "
-                   "the launch; host_cpu.h block_failed): 'worker N's block failed: ...', no layer or tile")
 def test_mode_names_the_failing_task():
-    """Cases 3 and 4 over 20 schedules each: every test-mode error should name its task."""
+    """Cases 3 and 4 over 20 schedules each: every test-mode error names its task, also when two
+    workers' blocks fail at once (host_cpu.h block_failed: each names the task its slot shows)."""
     unnamed = []
     for bug in ("divergent_barrier", "syncwarp_mask", "exited_lanes"):
         for jitter in range(20):
