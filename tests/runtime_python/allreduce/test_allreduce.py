@@ -28,6 +28,12 @@ from mirage.mpk import testing
 
 ref = testing.load_reference(__file__)
 
+# On the CUDA backend mpk_run_task gives a task no wait / signal (csrc/runtime/entry.h): a kernel-level
+# run of allreduce fails there by design, naming the task; the GPU runs it in test mode instead.
+pytestmark = pytest.mark.skipif(torch.get_default_device().type == "cuda",
+                                reason="kernel-level allreduce runs on the CPU backend only (no wait/signal "
+                                       "in the CUDA mpk_run_task)")
+
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 TARGETS = [80, 90]       # the worker block: 128 threads (sm_80), 256 (sm_90a / sm_100a)
 # (batch, hidden, grid.x, coords): grid.x splits the hidden dim. Every task of a long row's split (tiles
