@@ -50,8 +50,15 @@ def test_rmsnorm_kernel(dtype, batch, hidden, grid, coords, target_cc):
     run_kernel(dtype, x, w, grid, coords, target_cc)
 
 
-@pytest.mark.parametrize("target_cc", TARGETS)
-@pytest.mark.parametrize("dtype,batch,hidden,grid", STRIDED)
+# The quick iteration subset (pytest -m quick, and the sanitizer runs of
+# test_mode/test_kernel_sanitizers.py): one case, the strided bf16 one at 256 threads (block_sum's
+# barriers and shared memory, the packed path with a row stride that is not the width).
+QUICK = (torch.bfloat16, 4, 256, 2, 90)
+
+
+@pytest.mark.parametrize("dtype,batch,hidden,grid,target_cc", [
+    pytest.param(*s, cc, id=f"{str(s[0])[6:]}-{s[1]}x{s[2]}-grid{s[3]}-cc{cc}",
+                 marks=[pytest.mark.quick] if (*s, cc) == QUICK else []) for s in STRIDED for cc in TARGETS])
 def test_rmsnorm_kernel_strided(dtype, batch, hidden, grid, target_cc):
     gen = testing.generator(offset=7 * hidden)
     wide = testing.randn((batch, 3 * hidden), dtype, gen)
