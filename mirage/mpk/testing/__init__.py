@@ -38,6 +38,7 @@ from .tolerances import (
     Tolerance,
     tol_elementwise,
     tol_linear,
+    tol_normalization,
     tol_rmsnorm,
     tolerance,
 )
@@ -48,6 +49,6 @@ __all__ = [
     "tiling_warning", "Comparison", "compare", "digest", "evidence", "say", "generator", "load_reference",
     "randn", "seed", "ONE_RANK", "TP_KINDS", "WRONG_SHARD_ENV", "CaseSkipped", "World", "all_ranks_agree",
     "layer_tp", "mpiexec", "mpirun", "on_all_ranks", "rank_lines", "script_world", "check_scalars",
-    "RMS_LIMIT", "RMS_MIN_N", "U32", "Tolerance", "tol_elementwise", "tol_linear", "tol_rmsnorm",
-    "tolerance",
+    "RMS_LIMIT", "RMS_MIN_N", "U32", "Tolerance", "tol_elementwise", "tol_linear", "tol_normalization",
+    "tol_rmsnorm", "tolerance",
 ]
