@@ -53,6 +53,6 @@ def ignored_scalar_hint(layer: Layer, reference_fn: Callable[..., torch.Tensor],
     values = {p: layer.params[p] for p in layer.scalars}
     for p, ignored in layer.scalars.items():
         if compare(actual, reference_fn(**{**values, p: ignored}), tol).passed:
-            return (f"\nthe output matches the reference with {p}={ignored:g} (the value a kernel that "
-                    f"ignores '{p}' computes with): does the kernel read fparam '{p}'?")
+            return (f"\nScalar parameters: the output matches the reference with {p}={ignored:g} (the value "
+                    f"a kernel that ignores '{p}' computes with): does the kernel read fparam '{p}'?")
     return ""

@@ -181,8 +181,8 @@ def test_rmsnorm_ignoring_eps_passes_every_regular_case_and_fails_every_scalar_c
                                      reference_fn=reference)
             assert c.n_bad > 0 and "Bad tiles of layer 'rmsnorm_0' output 'out' (grid coordinate: " \
                                    "bad/total): (0, 0, 0): " in str(e.value), str(e.value)
-            hint = ("\nthe output matches the reference with eps=0 (the value a kernel that ignores 'eps' "
-                    "computes with): does the kernel read fparam 'eps'?\n")
+            hint = ("\nScalar parameters: the output matches the reference with eps=0 (the value a kernel "
+                    "that ignores 'eps' computes with): does the kernel read fparam 'eps'?\n")
             assert hint in str(e.value), str(e.value)
             if dtype == RMSNORM.SCALAR_CASES[0][0]:
                 print(f"HINT {name}: {hint.strip()}")
