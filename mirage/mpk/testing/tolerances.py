@@ -39,6 +39,9 @@ so layernorm's second reduction is a positive one, like rmsnorm's. Per reduction
     softmax    max: exact; sum_j exp(x_j - max) under a division, p = 1: length, + exp's own
                error (a few ulps) and the subtraction's rounding, which exp turns into a
                relative error of u32 |x - max|: add max |x - max| ops
+    Not covered: a bias b added after the scaling (layernorm's affine bias). The relative terms then
+    apply to |y - b|, not to |y| = |ref|, so where b cancels y the bound is too tight; such a layer
+    needs its own `scale` term (|y - b| times those ops), not this helper.
 
 These are worst-case bounds, not fitted thresholds: a missed tile, a wrong column or a
 dropped dependency produces errors of the size of |ref| itself, far outside them in fp32.
