@@ -30,7 +30,7 @@ import time
 
 import pytest
 
-from mirage.mpk import testing
+from mirage.mpk import inspect, testing
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 LAYERS = sorted(d for d in os.listdir(ROOT) if os.path.isfile(os.path.join(ROOT, d, f"test_{d}_testmode.py")))
@@ -93,6 +93,8 @@ def test_layer_file_runs_as_one_multirank_job(layer, ranks, tmp_path):
                 meta = json.load(f)
             assert (meta["rank"], meta["world_size"]) == (r, ranks), meta
         assert not os.path.exists(d / f"test_rank{ranks}.cu")
+        # negative control of inspect's mixed-run check: one job's ranks, shards and all, are one run
+        assert f"{d}: {ranks} rank(s)" in inspect.output_dir_summary(str(d))
     last = testing.rank_lines(out, 0, "generated code and task graph: ")[0].split(": ", 1)[1].split(", ")
     assert os.path.dirname(last[0]) in map(str, case_dirs), last     # where the last lines say they went
     assert testing.rank_lines(out, 0, f"generated code of the {len(case_dirs)} case(s): one directory each "
