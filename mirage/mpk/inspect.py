@@ -1,6 +1,7 @@
 """Read a task_graph_rank{R}.json: counts, per-layer tasks, event fan-in/out, critical path, .dot."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -113,15 +114,75 @@ def to_dot(g: dict, max_tasks: int = 2000) -> str:
     return "\n".join(lines) + "\n"
 
 
+class MixedRuns(NotATaskGraph):
+    """An output_dir whose per-rank files were written by different runs (a stale rank's files)."""
+
+
+STALE_S = 600      # rank files of one run are written within seconds of each other (one job)
+
+
+def _sha256(path: str) -> str | None:
+    if not os.path.isfile(path):
+        return None
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def check_one_run(path: str, ranks: list[int]) -> str:
+    """Raise MixedRuns, naming the files, when the rank files of `path` cannot come from one run: a
+    rank's source or task graph is not the one its kernel_metadata_rank{R}.json hashes; the metadata's
+    world sizes differ, or the ranks present are not 0..world_size-1; the ranks' layers differ (names
+    and variants from the metadata, names from a task graph kept without it; every rank of a job
+    builds the same layers, whatever its shard). Return a warning line (or "") when only the task
+    graphs' mtimes lie more than STALE_S apart, a hint that is not proof."""
+    problems, sizes, layers, mtimes = [], {}, {}, {}
+    for r in ranks:
+        meta, graph = f"kernel_metadata_rank{r}.json", f"task_graph_rank{r}.json"
+        if os.path.isfile(os.path.join(path, graph)):
+            mtimes[graph] = os.path.getmtime(os.path.join(path, graph))
+        if os.path.isfile(os.path.join(path, meta)):
+            with open(os.path.join(path, meta)) as f:
+                m = json.load(f)
+            for name, key in ((f"test_rank{r}.cu", "source_sha256"), (graph, "graph_sha256")):
+                found = _sha256(os.path.join(path, name))
+                if found is not None and found != m.get(key):
+                    problems.append(f"{name} is not the file {meta} describes (its {key} differs)")
+            sizes[meta] = m.get("world_size")
+            layers[meta] = [(g["name"], g["variant"]) for g in m.get("layers", [])]
+        elif graph in mtimes:
+            tasks = load(os.path.join(path, graph))["all_tasks"][1:]
+            layers[graph] = [(name, None) for name in dict.fromkeys(t["layer"] for t in tasks)]
+    if len(set(sizes.values())) > 1:
+        problems.append("world sizes differ: " + ", ".join(f"{n} says {w}" for n, w in sizes.items()))
+    elif sizes and ranks != list(range(world := next(iter(sizes.values())))):
+        problems.append(f"ranks {ranks} are present, but the metadata says world_size {world}")
+    names = {tuple(n for n, _ in v) for v in layers.values()}
+    variants = {tuple(v) for f, v in layers.items() if f in sizes}
+    if len(names) > 1 or len(variants) > 1:
+        problems.append("layers differ: " + "; ".join(
+            f"{f}: {', '.join(n if v is None else f'{n} {v}' for n, v in ls)}" for f, ls in layers.items()))
+    if problems:
+        raise MixedRuns(f"{path} mixes files of different runs: {'; '.join(problems)}. Remove the stale "
+                        f"files (or the directory) and run again, or inspect one run's own directory")
+    if mtimes and max(mtimes.values()) - min(mtimes.values()) > STALE_S:
+        old, new = min(mtimes, key=mtimes.get), max(mtimes, key=mtimes.get)
+        return (f"WARNING: {old} is {mtimes[new] - mtimes[old]:.0f} s older than {new} (one run writes its "
+                f"ranks' files seconds apart): it may be a stale file of another run")
+    return ""
+
+
 def output_dir_summary(path: str) -> str:
     """What compile(output_dir=...) left in `path`, per rank: the generated source (its headers and
-    variants), the task graph summary, the kept module's metadata, and any profiler trace."""
+    variants), the task graph summary, the kept module's metadata, and any profiler trace. Files of
+    different runs are refused (check_one_run)."""
     names = sorted(os.listdir(path))
     ranks = sorted({int(m.group(1)) for n in names if (m := re.match(r"(?:test|task_graph)_rank(\d+)", n))})
     if not ranks:
         raise NotATaskGraph(f"{path} holds no test_rank<R>.cu or task_graph_rank<R>.json: not an output_dir "
                             f"of compile(output_dir=...)")
-    lines = [f"{path}: {len(ranks)} rank(s) ({', '.join(map(str, ranks))}), files: {', '.join(names)}"]
+    warning = check_one_run(path, ranks)
+    lines = [warning] if warning else []
+    lines += [f"{path}: {len(ranks)} rank(s) ({', '.join(map(str, ranks))}), files: {', '.join(names)}"]
     for r in ranks:
         cu = os.path.join(path, f"test_rank{r}.cu")
         if os.path.isfile(cu):

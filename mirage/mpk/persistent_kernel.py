@@ -388,7 +388,10 @@ class PersistentKernel:
             faults.locate(self.fault, graph)         # a bad fault spec fails before compiling
             log.info("fault injection: %s", self.fault)
         injecting = self.fault is not None and self.fault.kind in faults.RUNTIME_KINDS
-        return graph, variants, codegen.source(variants, backend, fault_injection=injecting), injecting
+        # kept (with the graph and variants) for testing's failure directory: compile(output_dir=None)
+        # writes no file, and a failing case must leave its source behind (testing/keep.py)
+        self._source = (codegen.source(variants, backend, fault_injection=injecting), injecting)
+        return graph, variants, *self._source
 
     def _start(self, module: str, graph, variants) -> None:
         """Load the module and hand it the graph, pointers and config (mpk_init)."""

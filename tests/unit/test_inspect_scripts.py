@@ -87,3 +87,70 @@ def test_inspect_an_output_dir(tmp_path):
     assert "rank 0 test_rank0.cu:" in out and "tasks/rmsnorm.cuh" in out and "3 variant(s): " in out
     assert "mpk::linear_task<float>" in out and "rank 0 task_graph_rank0.json: 10 tasks" in out
     assert "rank 0 kernel_metadata_rank0.json: backend cpu" in out and "traces: none" in out
+
+
+def one_layer(tmp_path, rows: int) -> str:
+    """A one-layer kernel (rmsnorm over `rows` rows) kept in tmp_path: another run than write_graph's."""
+    pk = PersistentKernel(test_mode=True)
+    x, w = pk.attach_input(torch.randn(rows, 8), name="x"), pk.attach_input(torch.randn(8), name="w")
+    out = pk.attach_input(torch.zeros(rows, 8), name="out")
+    pk.rmsnorm_layer(input=x, weight=w, output=out, grid_dim=(1, 1, 1), block_dim=BLOCK)
+    pk.compile(output_dir=str(tmp_path))
+    pk.finalize()
+    return str(tmp_path)
+
+
+def inspect_dir(path) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "mirage.mpk", "inspect", str(path)], capture_output=True,
+                          text=True)
+    print(f"exit {proc.returncode}: {proc.stdout[:300]}{proc.stderr}")
+    return proc
+
+
+def test_inspect_refuses_a_dir_mixing_runs(tmp_path):
+    """A stale rank (another run's files as rank 1, its metadata saying world_size 1), a rank's task graph
+    replaced by another run's, and two ranks kept without metadata whose layers differ: each refused,
+    naming the files; a one-run directory is not (negative control: test_inspect_an_output_dir)."""
+    here, other = tmp_path / "run", tmp_path / "other"
+    write_graph(here)
+    one_layer(other, rows=4)
+    for kind in ("test_rank{}.cu", "task_graph_rank{}.json", "kernel_metadata_rank{}.json"):
+        (here / kind.format(1)).write_bytes((other / kind.format(0)).read_bytes())
+    proc = inspect_dir(here)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == (
+        f"inspect: {here} mixes files of different runs: ranks [0, 1] are present, but the metadata says "
+        f"world_size 1; layers differ: kernel_metadata_rank0.json: rmsnorm_0 mpk::rmsnorm_task<float>, "
+        f"linear_1 mpk::linear_task<float>, elementwise_add_2 mpk::elementwise_add_task<float>; "
+        f"kernel_metadata_rank1.json: rmsnorm_0 mpk::rmsnorm_task<float>. Remove the stale files (or the "
+        f"directory) and run again, or inspect one run's own directory"), proc.stderr
+
+    replaced = tmp_path / "replaced"
+    write_graph(replaced)
+    (replaced / "task_graph_rank0.json").write_bytes((other / "task_graph_rank0.json").read_bytes())
+    proc = inspect_dir(replaced)
+    assert proc.returncode == 2
+    assert "task_graph_rank0.json is not the file kernel_metadata_rank0.json describes (its graph_sha256 " \
+           "differs)" in proc.stderr, proc.stderr
+
+    bare = tmp_path / "bare"                 # as MPK writes them: no metadata, only the graphs
+    bare.mkdir()
+    (bare / "task_graph_rank0.json").write_bytes((here / "task_graph_rank0.json").read_bytes())
+    (bare / "task_graph_rank1.json").write_bytes((other / "task_graph_rank0.json").read_bytes())
+    proc = inspect_dir(bare)
+    assert proc.returncode == 2 and "layers differ: task_graph_rank0.json: rmsnorm_0, linear_1, " \
+                                    "elementwise_add_2; task_graph_rank1.json: rmsnorm_0" in proc.stderr
+
+
+def test_inspect_warns_of_rank_files_written_far_apart(tmp_path):
+    """Same layers, no metadata, but one graph an hour older: a warning line, not a refusal."""
+    write_graph(tmp_path)
+    for name in ("kernel_metadata_rank0.json", "mpk_module_rank0.so"):
+        os.remove(tmp_path / name)
+    stale = tmp_path / "task_graph_rank1.json"
+    stale.write_bytes((tmp_path / "task_graph_rank0.json").read_bytes())
+    os.utime(stale, (os.path.getmtime(stale) - 3600,) * 2)
+    proc = inspect_dir(tmp_path)
+    assert proc.returncode == 0
+    assert proc.stdout.splitlines()[0].startswith("WARNING: task_graph_rank1.json is 3600 s older than "
+                                                  "task_graph_rank0.json"), proc.stdout

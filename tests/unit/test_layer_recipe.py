@@ -8,8 +8,10 @@ built from; a module whose Layer passes float parameters to its kernel (`fparams
 them. For each module with a non-empty SCALARS, tests/runtime_python/<stem>/test_<stem>_testmode.py
 must define a non-empty SCALAR_CASES that sets every scalar parameter, run it under pytest
 (a test parametrized over it) and in the script mode (`run_cases_as_script(..., scalar_cases=
-SCALAR_CASES)`), and call testing.check_scalars (which raises, for those cases, when a parameter
-does not move the result beyond the tolerance).
+SCALAR_CASES)`), call testing.check_scalars (which raises, for those cases, when a parameter
+does not move the result beyond the tolerance), and pass the same reference function to every
+testing.check_output as reference_fn= (a failure then says when the output is the reference at a
+parameter's ignored value).
 
 Each layer module also declares its tensor parallelism, a module-level `TP` naming a key of
 mirage.mpk.testing.TP_KINDS ("replicated", "column", "row", "reduce"), and its test file runs as
@@ -104,6 +106,10 @@ def test_layer_test_exercises_its_scalar_parameters(stem):
     assert parametrized, f"{rel}: no pytest test is parametrized over SCALAR_CASES"
     assert any(getattr(c.func, "attr", None) == "check_scalars" for c in calls), \
         f"{rel}: never calls testing.check_scalars"
+    outputs = [c for c in calls if getattr(c.func, "attr", None) == "check_output"]
+    assert outputs and all(keyword(c, "reference_fn") is not None for c in outputs), \
+        (f"{rel}: every testing.check_output call must pass reference_fn= (the reference as a function of "
+         f"{sorted(scalars)}, check_scalars' own), so that a failure says when the kernel ignores one")
     print(f"RECIPE {rel}: {len(cases.elts)} SCALAR_CASES cover {sorted(scalars)}, run by pytest and by "
           f"the script PASS")
 

@@ -5,7 +5,8 @@ One import for a test file (`from mirage.mpk import testing`); each concern is a
   tolerances  the one tolerance function and its error-budget derivation (module docstring)
   evidence    compare in float64, the EVIDENCE line, digest
   checks      assert_close / assert_equal / check_output and the non-vacuity checks
-  diagnosis   bad tiles by grid coordinate, the first divergent layer, the serial re-run
+  diagnosis   bad tiles by grid coordinate, the first divergent layer, NaN payloads, the serial re-run
+  keep        a failing case's files (source, task graph, module, tensors) in a directory
   scalars     check_scalars: does a case exercise a layer's scalar parameters
   kernel      run_tasks: one layer's tasks alone, with the footprint checks (kernel-level tests)
   inputs      seed, contained generators, randn, load_reference
@@ -14,9 +15,10 @@ One import for a test file (`from mirage.mpk import testing`); each concern is a
 """
 from .cases import capture_log, cpu_config, run_cases_as_script, run_pytest_file_as_script
 from .checks import assert_close, assert_equal, check_layer_outputs, check_nonvacuous, check_output
-from .diagnosis import assert_no_divergence, first_divergence, tiling_warning
+from .diagnosis import assert_no_divergence, first_divergence, nan_note, tiling_warning
 from .evidence import Comparison, compare, digest, evidence, say
 from .inputs import generator, load_reference, randn, seed
+from .keep import failure_dir, keep_failure
 from .kernel import KernelRun, MPKFootprintError, run_tasks
 from .ranks import (
     ONE_RANK,
@@ -40,6 +42,7 @@ from .tolerances import (
     Tolerance,
     tol_elementwise,
     tol_linear,
+    tol_normalization,
     tol_rmsnorm,
     tolerance,
 )
@@ -49,9 +52,10 @@ __all__ = [
     "KernelRun", "MPKFootprintError", "run_tasks",
     "capture_log", "cpu_config", "run_cases_as_script", "assert_close", "assert_equal",
     "check_layer_outputs", "check_nonvacuous", "check_output", "assert_no_divergence", "first_divergence",
-    "tiling_warning", "Comparison", "compare", "digest", "evidence", "say", "generator", "load_reference",
+    "nan_note", "tiling_warning", "Comparison", "compare", "digest", "evidence", "say", "generator",
+    "load_reference", "keep_failure", "failure_dir",
     "randn", "seed", "ONE_RANK", "TP_KINDS", "WRONG_SHARD_ENV", "CaseSkipped", "World", "all_ranks_agree",
     "layer_tp", "mpiexec", "mpirun", "on_all_ranks", "rank_lines", "script_world", "check_scalars",
-    "RMS_LIMIT", "RMS_MIN_N", "U32", "Tolerance", "tol_elementwise", "tol_linear", "tol_rmsnorm",
-    "tolerance",
+    "RMS_LIMIT", "RMS_MIN_N", "U32", "Tolerance", "tol_elementwise", "tol_linear", "tol_normalization",
+    "tol_rmsnorm", "tolerance",
 ]

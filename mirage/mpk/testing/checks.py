@@ -1,21 +1,27 @@
 """The assertions a test makes: assert_close / assert_equal / check_output and the non-vacuity checks."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from ..layers import DIFFERS_FROM_INPUT, FINITE, NONZERO
-from .diagnosis import _locate, _output_of, _serial_rerun, tiling_warning
+from .diagnosis import _locate, _output_of, _serial_rerun, nan_note, tiling_warning
 from .evidence import RMS_LIMIT, _fmt_index, _rms_line, compare, evidence, say
 from .inputs import seed
+from .keep import keep_failure
+from .scalars import ignored_scalar_hint
 from .tolerances import Tolerance
 
 
 def assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance,
-                 context: str = "", pk=None) -> None:
+                 context: str = "", pk=None, reference_fn: Callable[..., torch.Tensor] | None = None) -> None:
     """Compare in float64 and print one evidence line, pass or fail; raise on failure: an element
-    outside the worst-case bound, or an rms ratio over RMS_LIMIT (module doc). With `pk` (the
-    PersistentKernel that wrote `actual`: a layer output stored in it, else ValueError), the
-    message names that layer and the grid coordinates of its bad tiles."""
+    outside the worst-case bound, or an rms ratio over RMS_LIMIT (module doc). The message says what
+    mismatched NaNs carry (a poison: nan_note). With `pk` (the PersistentKernel that wrote `actual`: a
+    layer output stored in it, else ValueError), it names that layer and the grid coordinates of its
+    bad tiles, keeps the case's files (keep_failure) and, with `reference_fn` (check_scalars'), says
+    when the output matches the reference at a scalar parameter's ignored value."""
     # dtype is not compared: references are float64 and unrounded; the budget has u_out.
     if pk is not None and _output_of(pk, actual) is None:      # checked on success too: a wiring error
         raise ValueError(f"'{name}': no layer of the kernel writes a tensor stored in `actual` (shape "
@@ -33,9 +39,16 @@ def assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: T
     n_bad, shape, e64 = c.n_bad, tuple(actual.shape), expected.double()
     head = f"'{name}' is not close ({str(actual.dtype).replace('torch.', '')}, {shape}){context}!\n"
     where = _locate(pk, actual, c) if pk is not None else ""
+    gpu = actual.device.type == "cuda"
+    nans = nan_note(actual, c.bad, gpu)
+    where += f"\nNaN: {nans}" if nans else ""
+    found = _output_of(pk, actual) if pk is not None and reference_fn is not None else None
+    where += ignored_scalar_hint(found[0], reference_fn, actual, tol) if found and found[0].scalars else ""
     tail = f"\nTolerance budget: {tol.why}; seed: MPK_SEED={seed()}"
     if pk is not None:      # the values in the message above are this run's: the re-run restores them
-        tail += _serial_rerun(pk, name, lambda: not compare(actual, expected, tol).passed)
+        tail += keep_failure(pk, name)
+        tail += _serial_rerun(pk, name, lambda: not compare(actual, expected, tol).passed,
+                              lambda: nan_note(actual, compare(actual, expected, tol).bad, gpu))
     if n_bad:
         first = int(c.bad.flatten().nonzero()[0])
         idx = _fmt_index(first, shape)
@@ -75,13 +88,17 @@ def assert_equal(name: str, actual, expected) -> None:
 
 def check_output(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance,
                  checks=(FINITE, NONZERO, DIFFERS_FROM_INPUT), inputs: tuple[torch.Tensor, ...] = (),
-                 pk=None, tiled: bool = False) -> None:
+                 pk=None, tiled: bool = False,
+                 reference_fn: Callable[..., torch.Tensor] | None = None) -> None:
     """The one call per compared tensor: the evidence line, then one line per non-vacuity check.
 
     pk: the PersistentKernel whose layer wrote `actual`; a mismatch then names that layer's bad
-    tiles by grid coordinate and re-runs the graph serially (assert_close); the evidence line warns of
-    degenerate tiling, which tiled=True makes a failure (check_nonvacuous)."""
-    assert_close(name, actual, expected, tol, pk=pk)
+    tiles by grid coordinate, keeps the case's files and re-runs the graph serially (assert_close); the
+    evidence line warns of degenerate tiling, which tiled=True makes a failure (check_nonvacuous).
+    reference_fn: the reference as a function of the layer's scalar parameters (check_scalars' own;
+    a layer with Layer.scalars must pass it): a mismatch then says when the output is the reference
+    at a parameter's ignored value (a kernel that does not read it)."""
+    assert_close(name, actual, expected, tol, pk=pk, reference_fn=reference_fn)
     check_nonvacuous(name, actual, checks, inputs, reference=expected, pk=pk, tiled=tiled)
 
 

@@ -8,7 +8,9 @@ import torch
 
 from ..layers import AXES, storage
 from ..tensor import SYMMETRIC
+from ..written import SENTINEL
 from .evidence import RMS_LIMIT, Comparison, _fmt_index, _rms, compare, evidence, say
+from .keep import keep_failure
 from .tolerances import Tolerance
 
 
@@ -107,8 +109,58 @@ def assert_no_divergence(pk, references: dict[str, torch.Tensor], tolerances: di
     agree = f"DIVERGENCE none: {len(references)} tensors agree"
     say(f"DIVERGENCE {report}" if report else agree)
     if report:
-        raise AssertionError(report + _serial_rerun(pk, "divergence", lambda: any(
+        kept = keep_failure(pk, "divergence")
+        raise AssertionError(report + kept + _serial_rerun(pk, "divergence", lambda: any(
             not compare(pk.get_tensor(n), references[n], tolerances[n]).passed for n in references)))
+
+
+# ---- NaN: which poison it carries (docs/profiler.md) ---------------------------------------------
+
+# Measured with rmsnorm kernels that skip their barrier or read a never-written slot
+# (tests/runtime_python/test_mode/test_diagnosis.py): the emulation fills shared memory with 0xFF bytes
+# and x86 arithmetic and the conversions of csrc/runtime/dtypes.h keep a NaN operand's payload, so the
+# output holds fp32 0xFFFFFFFF (0xFFFF0000 / 0xFFFFE000: a bf16 / fp16 slot widened), fp16 0xFFFF
+# (0xFFF8: from a bf16 slot). fp32 -> bf16 makes every NaN 0xFFFF: a bf16 output keeps no payload.
+_SMEM_NAN = {torch.float32: (0xFFFFFFFF, 0xFFFF0000, 0xFFFFE000), torch.float16: (0xFFFF, 0xFFF8)}
+_INT = {2: torch.int16, 4: torch.int32}
+_QUIET = {torch.float32: 0x00400000, torch.float16: 0x0200}    # a float op sets it on a signalling NaN
+
+
+def nan_note(actual: torch.Tensor, bad: torch.Tensor, gpu: bool = False) -> str:
+    """What the NaNs among the mismatched elements (`bad`) carry, from their bits: the shared-memory
+    poison, the output poison (written.SENTINEL) as stored or quieted by arithmetic, no payload
+    (bf16, or a GPU, which keeps none), or a NaN the arithmetic made; "" when none is NaN."""
+    if actual.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        return ""
+    nan, size, total = bad & actual.isnan(), actual.element_size(), int(bad.sum())
+    if not bool(nan.any()):
+        return ""
+    bits = actual.view(_INT[size])[nan].long() & ((1 << 8 * size) - 1)
+    stored, dt = SENTINEL[size], actual.dtype
+    quiet = stored | _QUIET.get(dt, 0)
+    kinds = [(bits == stored, f"hold the output poison (0x{stored:X}): never written")]
+    if quiet != stored:
+        kinds.append((bits == quiet, f"are NaN with the output poison's payload quieted by arithmetic "
+                      f"(0x{quiet:X}): computed from an element read before its producer wrote it (a "
+                      f"missing dependency) or never written"))
+    lost = gpu or dt == torch.bfloat16
+    if lost:
+        why = "a GPU keeps no NaN payload" if gpu else "fp32 -> bf16 makes every NaN 0xFFFF"
+        kinds.append((torch.ones_like(bits, dtype=torch.bool), f"are NaN ({why}, so the payload cannot "
+                      f"tell): often the shared-memory poison read before a barrier or never written"))
+    else:
+        kinds.append((torch.isin(bits, torch.tensor(_SMEM_NAN[dt], device=bits.device)),
+                      "are NaN with the shared-memory poison's payload (0xFF bytes): a read before a "
+                      "barrier, or of shared memory never written"))
+        kinds.append((torch.ones_like(bits, dtype=torch.bool), "are NaN without a poison's payload: made by "
+                      "the arithmetic (0/0, inf - inf, the square root of a negative)"))
+    notes, left = [], torch.ones_like(bits, dtype=torch.bool)
+    for mask, text in kinds:
+        n = int((mask & left).sum())
+        left &= ~mask
+        if n:
+            notes.append(f"{n} of the {total} mismatched elements {text}")
+    return "; ".join(notes)
 
 
 # ---- diagnosis: degenerate tiling, the serial re-run (docs/profiler.md) -------------------------
@@ -154,11 +206,12 @@ def _first_difference(pk, parallel: dict[str, torch.Tensor]) -> str:
     return "yet every output equals the serial run's: the failure did not repeat"
 
 
-def _serial_rerun(pk, name: str, fails: Callable[[], bool]) -> str:
+def _serial_rerun(pk, name: str, fails: Callable[[], bool], note: Callable[[], str] = lambda: "") -> str:
     """After a failed comparison of a test-mode run with several workers or jitter: pk's graph once
     more on one worker, no jitter, tasks in position order (the program's order; MpkConfig.in_order),
-    then `fails()` on the tensors the re-run wrote says which kind of bug it is. The failing run's
-    outputs are put back. Prints and returns the verdict as a line for the failure message."""
+    then `fails()` on the tensors the re-run wrote says which kind of bug it is, and `note()` there
+    what its NaNs carry (nan_note). The failing run's outputs are put back. Prints and returns the
+    verdict as a line for the failure message."""
     if not pk.test_mode or (pk.params["num_workers"] == 1 and pk.schedule_jitter is None):
         return ""
     blocker = _rerun_blocker(pk)
@@ -169,7 +222,8 @@ def _serial_rerun(pk, name: str, fails: Callable[[], bool]) -> str:
             verdict = f"no serial re-run: {blocker}"
         else:
             pk._rerun(num_workers=1, jitter=0, jitter_seed=0, in_order=1)
-            verdict = ("fails serially too: the kernel's math or indexing" if fails() else
+            serial = fails() and (note() or "the kernel's math or indexing")   # a poison NaN says more
+            verdict = (f"fails serially too: {serial}" if serial else
                        f"passes serially: a missing dependency or a race; {_first_difference(pk, parallel)}")
     except Exception as e:        # unwritten tiles, a hang: also without any parallelism
         verdict = (f"fails serially too ({type(e).__name__}: {str(e).splitlines()[0]}): the kernel's math or "

@@ -29,13 +29,15 @@ import torch
 
 from .. import written
 from ..dtypes import to_dtype
-from ..errors import MPKFootprintError  # noqa: F401  (re-exported by testing)
+from ..errors import MPKFootprintError
 from ..graph import Task
 from ..layers import DEFAULT_CHECKS, NONZERO, Layer
 from ..tensor import ATTACHED, SHUFFLED, DTensor, check_name, shuffle_into
 from .checks import check_nonvacuous
+from .diagnosis import nan_note
 from .evidence import RMS_LIMIT, Comparison, _fmt_index, _rms, compare, evidence, say
 from .inputs import seed as test_seed
+from .keep import keep_failure
 from .tolerances import Tolerance
 
 # The two poisons, per element width: the first is test mode's output poison (written.SENTINEL, a NaN
@@ -146,8 +148,12 @@ class KernelRun:
                  f"{' ...' if len(tasks) > 16 else ''}"]
         if owner is not None:
             lines.append(self._harness.who_wrote(owner, name, idx))
+        note = nan_note(actual, bad & self.covered[name], gpu=actual.device.type == "cuda")
+        if note:
+            lines.append(f"NaN: {note}")
         lines.append(f"Tolerance budget: {tol.why}; seed: MPK_SEED={test_seed()}")
-        return "\n".join(lines)
+        kept = keep_failure(self._harness.pk, label).strip()
+        return "\n".join(lines + ([kept] if kept else []))
 
 
 def _inside(idx: tuple[int, ...], task: Task, name: str) -> bool:
@@ -353,6 +359,10 @@ def run_tasks(layer_call: Callable, tensors: dict[str, torch.Tensor], coords=Non
             f"threads] writes only its output tiles, reads only its input tiles (2 poisons), thread-order "
             f"independent (2 seeds), every declared element written PASS")
         return run                # pk stays open for KernelRun.check's re-runs; freed when collected
+    except MPKFootprintError as e:
+        kept = keep_failure(pk, f"{pk.layers[0].name}[kernel]").strip() if pk.layers else ""
+        pk.finalize()
+        raise MPKFootprintError(f"{e}\n{kept}" if kept else str(e)) from None
     except BaseException:
         pk.finalize()
         raise

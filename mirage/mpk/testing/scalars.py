@@ -44,3 +44,15 @@ def check_scalars(name: str, layer: Layer, reference_fn: Callable[..., torch.Ten
                 f"{line}, so a kernel that ignored it (computing with {p}={ignored:g}) would pass. Pick a "
                 f"value or inputs at which {p} matters (the layer test's SCALAR_CASES)")
     return result
+
+
+def ignored_scalar_hint(layer: Layer, reference_fn: Callable[..., torch.Tensor], actual: torch.Tensor,
+                        tol: Tolerance) -> str:
+    """For a failed comparison: the scalar parameter of `layer` at whose ignored value (Layer.scalars)
+    the reference matches `actual` within the same budget, as a line for the failure message, or ""."""
+    values = {p: layer.params[p] for p in layer.scalars}
+    for p, ignored in layer.scalars.items():
+        if compare(actual, reference_fn(**{**values, p: ignored}), tol).passed:
+            return (f"\nScalar parameters: the output matches the reference with {p}={ignored:g} (the value "
+                    f"a kernel that ignores '{p}' computes with): does the kernel read fparam '{p}'?")
+    return ""

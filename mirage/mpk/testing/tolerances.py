@@ -19,6 +19,30 @@ reference evaluated in float64 on the same inputs, each output element obeys
         one rounding away from the reference's (0 for graph inputs);
         tiny_out / 2: half the smallest subnormal of the output dtype, the rounding floor.
 
+Normalizations (tol_normalization: rmsnorm, layernorm, softmax). A normalization scales each
+element by a factor computed from a reduction over `length` elements of its row. A reduction
+of positive terms (a sum of squares, a sum of exps) has a relative error <= length * u32
+(recursive summation of k positive terms: gamma_k, relative to the sum itself), and the
+factor inherits it relative to the result: raised to the power p with which the reduction
+enters the factor (p = 1/2 under a (r)sqrt, 1 under a division), it adds p * length ops.
+A reduction of signed terms (the mean that layernorm subtracts) is not relative to the
+result: its error |d mu| <= (length + 1) u32 * mean_j |x_j| reaches the output multiplied
+by the factor, an absolute term per element, atol's (k + 1) u32 * scale with k = length and
+scale = mean_j |x_j| * factor * |w| (the `centered` argument). To first order a mean's error
+does not move a two-pass variance mean((x - mu)^2) (its derivative sum_j 2 (x_j - mu) is 0),
+so layernorm's second reduction is a positive one, like rmsnorm's. Per reduction:
+
+    rmsnorm    mean(x^2) under rsqrt, p = 1/2:   ops = length / 2 + 6 (rsqrt, / length, + eps,
+               2 multiplies, slack)  -- tol_rmsnorm, the same numbers as before
+    layernorm  mean(x): centered = mean|x| * rstd * |w|; var = mean((x - mu)^2) under rsqrt,
+               p = 1/2: length / 2, + 7 ops (the subtraction, + bias)
+    softmax    max: exact; sum_j exp(x_j - max) under a division, p = 1: length, + exp's own
+               error (a few ulps) and the subtraction's rounding, which exp turns into a
+               relative error of u32 |x - max|: add max |x - max| ops
+    Not covered: a bias b added after the scaling (layernorm's affine bias). The relative terms then
+    apply to |y - b|, not to |y| = |ref|, so where b cancels y the bound is too tight; such a layer
+    needs its own `scale` term (|y - b| times those ops), not this helper.
+
 These are worst-case bounds, not fitted thresholds: a missed tile, a wrong column or a
 dropped dependency produces errors of the size of |ref| itself, far outside them in fp32.
 For bf16/fp16 chains the tight check is per layer (each layer's reference applied to the
@@ -128,6 +152,18 @@ def tol_linear(dtype, k: int, scale: torch.Tensor, input_rounding=None) -> Toler
     return tolerance(dtype, k=k, scale=scale, ops=2, input_rounding=input_rounding)
 
 
-def tol_rmsnorm(dtype, hidden: int) -> Tolerance:
-    """rmsnorm: the mean of squares is relative to the result: hidden/2 + rsqrt + 2 multiplies."""
-    return tolerance(dtype, ops=hidden / 2 + 6)
+def tol_normalization(dtype: DType | torch.dtype, length: int, *, power: float = 0.5, ops: float = 6,
+                      centered: torch.Tensor | float | None = None,
+                      input_rounding: DType | torch.dtype | None = None) -> Tolerance:
+    """A row normalization over `length` elements (module doc, "Normalizations"): the reduction of
+    positive terms enters the per-row factor to `power` (1/2 under a (r)sqrt, 1 under a division),
+    adding power * length fp32 ops relative to the result; `ops`: the other per-element operations.
+    centered: per element, mean_j |x_j| * factor * |w|, the scale of a subtracted mean's error
+    (layernorm), an absolute term of length + 1 roundings; None: no mean is subtracted."""
+    k = length if centered is not None else 0
+    return tolerance(dtype, k=k, scale=centered, ops=power * length + ops, input_rounding=input_rounding)
+
+
+def tol_rmsnorm(dtype: DType | torch.dtype, hidden: int) -> Tolerance:
+    """rmsnorm: the mean of squares under the rsqrt, relative to the result (tol_normalization)."""
+    return tol_normalization(dtype, hidden)

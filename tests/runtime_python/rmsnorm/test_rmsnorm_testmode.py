@@ -51,7 +51,7 @@ def run_case(dtype, batch, hidden, grid, eps=1e-6, jitter=0, output_dir=None, sc
              world=testing.ONE_RANK):
     pk, name, out, expected, tol, inputs, reference = run(dtype, batch, hidden, grid, eps, jitter, output_dir,
                                                           world)
-    testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk)
+    testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk, reference_fn=reference)
     testing.check_scalars(name, pk.layers[0], reference, expected, tol, required=scalars_required)
     return pk
 

@@ -14,10 +14,13 @@ out, on several workers with schedule jitter. Negative controls, each classified
 Run: python tests/runtime_python/test_mode/test_diagnosis.py   (or pytest this file)
 """
 
+import os
+import re
+
 import pytest
 import torch
 
-from mirage.mpk import testing
+from mirage.mpk import inspect, testing
 from mirage.mpk.faults import Fault
 from mirage.mpk.persistent_kernel import PersistentKernel
 
@@ -54,6 +57,7 @@ def test_perturbation_is_math():
     print(e.value)
     assert "Serial re-run (1 worker, no jitter, tasks in program order): fails serially too: the kernel's " \
            "math or indexing" in str(e.value)
+    assert "\nNaN: " not in str(e.value), "negative control: no NaN, no note"
     assert float(out[3, 29] - pk.get_tensor("z")[3, 29] - r[3, 29]) == pytest.approx(1.0, rel=1e-5), \
         "the failing run's output is put back after the re-run"
 
@@ -66,6 +70,10 @@ def test_dropped_dependency_is_a_race():
     assert "passes serially: a missing dependency or a race; first divergent layer 'elementwise_add_2' " \
            "(output 'out': " in str(e.value)
     assert "tiles: (0, 0, 0): " in str(e.value), "the task that lost its dependency"
+    # it added r to z's output poison before linear_1 wrote z: the quieted payload says so
+    assert "\nNaN: 72 of the 72 mismatched elements are NaN with the output poison's payload quieted by " \
+           "arithmetic (0x7FE5A5A5): computed from an element read before its producer wrote it (a missing " \
+           "dependency) or never written\n" in str(e.value)
 
 
 def test_one_worker_in_event_order_is_not_serial_enough():
@@ -85,6 +93,100 @@ def test_a_serial_run_is_not_rerun():
     with pytest.raises(AssertionError) as e:
         check_out(pk, out, r, "diagnosis.already_serial")
     assert "Serial re-run" not in str(e.value)
+
+
+# ---- NaN: which poison (testing.nan_note)
+
+PC = testing.load_reference(__file__, name="test_precision_controls")     # mutated_kernels
+RMSNORM = PC.RMSNORM
+# Two ways for rmsnorm.cuh to read shared memory that holds the emulation's 0xFF poison: the barrier
+# between storing the per-warp partial sums and reading them is gone, or the read is one pass of rows
+# past what was stored (slots never written). Found exactly once each (mutated_kernels checks).
+NO_BARRIER = ("        __syncthreads();\n        for (int64_t i = 0; i < n; ++i) {\n            float sum_sq",
+              "        for (int64_t i = 0; i < n; ++i) {\n            float sum_sq")
+UNWRITTEN = ("sum_sq += partial[i * warps + q];", "sum_sq += partial[(i + n) * warps + q];")
+SMEM = ("are NaN with the shared-memory poison's payload (0xFF bytes): a read before a barrier, or of "
+        "shared memory never written")
+NO_PAYLOAD = ("are NaN (fp32 -> bf16 makes every NaN 0xFFFF, so the payload cannot tell): often the "
+              "shared-memory poison read before a barrier or never written")
+
+
+@pytest.mark.parametrize("mutation,dtype,text", [(NO_BARRIER, torch.float32, SMEM),
+                                                 (UNWRITTEN, torch.float16, SMEM),
+                                                 (NO_BARRIER, torch.bfloat16, NO_PAYLOAD)],
+                         ids=["no_barrier-fp32", "unwritten_slot-fp16", "no_barrier-bf16"])
+def test_shared_memory_poison_is_named(mutation, dtype, text, tmp_path, monkeypatch):
+    monkeypatch.setenv("MPK_FAILURE_DIR", str(tmp_path / "failures"))
+    with PC.mutated_kernels(tmp_path, "rmsnorm.cuh", *mutation):
+        pk, name, out, expected, tol, inputs, reference = RMSNORM.run(dtype, 6, 384, 3, jitter=3)
+    with pytest.raises(AssertionError) as e:
+        testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk,
+                             reference_fn=reference)
+    message = str(e.value)
+    print(message)
+    nan_line = next(line for line in message.splitlines() if line.startswith("NaN: "))
+    assert re.fullmatch(rf"NaN: \d+ of the \d+ mismatched elements {re.escape(text)}", nan_line), nan_line
+    verdict = message.splitlines()[-1]
+    assert verdict.startswith("Serial re-run (1 worker, no jitter, tasks in program order): fails serially "
+                              "too: ") and text in verdict, verdict
+    assert "math or indexing" not in verdict and "eps=0" not in message
+
+
+def bits_of(values, dtype):
+    """Floats of `dtype` with these bit patterns (an int64 narrowed to the dtype's width wraps)."""
+    view = torch.int32 if dtype == torch.float32 else torch.int16
+    return torch.tensor(values, dtype=torch.int64).to(view).view(dtype)
+
+
+def test_nan_note_tells_each_poison_from_an_arithmetic_nan():
+    """Each bit pattern in its class; a NaN 0/0 makes is none of the poisons (negative control), and
+    mismatches without a NaN get no note."""
+    fp32 = torch.cat([bits_of([0xFFFFFFFF, 0xFFFF0000, 0x7FA5A5A5, 0x7FE5A5A5], torch.float32),
+                      torch.zeros(1) / 0, torch.ones(1)])
+    note = testing.nan_note(fp32, torch.ones(6, dtype=torch.bool))
+    print(f"NOTE fp32: {note}")
+    assert note == ("1 of the 6 mismatched elements hold the output poison (0x7FA5A5A5): never written; "
+                    "1 of the 6 mismatched elements are NaN with the output poison's payload quieted by "
+                    "arithmetic (0x7FE5A5A5): computed from an element read before its producer wrote it (a "
+                    "missing dependency) or never written; "
+                    f"2 of the 6 mismatched elements {SMEM}; "
+                    "1 of the 6 mismatched elements are NaN without a poison's payload: made by the "
+                    "arithmetic (0/0, inf - inf, the square root of a negative)"), note
+    fp16 = torch.cat([bits_of([0xFFFF, 0x7FA5], torch.float16), torch.zeros(1, dtype=torch.float16) / 0])
+    assert testing.nan_note(fp16, torch.ones(3, dtype=torch.bool)).count("of the 3 mismatched") == 3
+    bf16 = torch.cat([bits_of([0xFFFF, 0x7FA5], torch.bfloat16)])
+    assert testing.nan_note(bf16, torch.ones(2, dtype=torch.bool)) == (
+        "1 of the 2 mismatched elements hold the output poison (0x7FA5): never written; "
+        f"1 of the 2 mismatched elements {NO_PAYLOAD}")
+    assert testing.nan_note(torch.ones(3), torch.ones(3, dtype=torch.bool)) == ""
+    assert testing.nan_note(fp32, torch.zeros(6, dtype=torch.bool)) == "", "only mismatched elements count"
+
+
+# ---- a failing case keeps its files (testing.keep_failure)
+
+def test_a_failing_case_keeps_its_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPK_FAILURE_DIR", str(tmp_path))
+    check_out(*chain(), "diagnosis.clean")
+    assert os.listdir(tmp_path) == [], "negative control: a passing case keeps nothing"
+    pk, out, r = chain(Fault("perturb", "elementwise_add_2", (1, 1, 0), amount=1.0, element=5))
+    with pytest.raises(AssertionError) as e:
+        check_out(pk, out, r, "diagnosis.perturb[float32,6x48]")
+    where = str(tmp_path / f"diagnosis.perturb_float32_6x48-{os.getpid()}")
+    line = next(ln for ln in str(e.value).splitlines() if ln.startswith("Failure files"))
+    print(line)
+    assert line == (f"Failure files (source, task graph, module, inputs; README.txt says how to load them): "
+                    f"{where} (README.txt, inputs.pt, kernel_metadata_rank0.json, mpk_module_rank0.so, "
+                    f"task_graph_rank0.json, test_rank0.cu)"), line
+    with open(os.path.join(where, "test_rank0.cu")) as f:
+        assert f.read() == pk._source[0], "the source the module was built from (compile wrote none)"
+    assert inspect.load(os.path.join(where, "task_graph_rank0.json"))["all_tasks"][1]["layer"] == "rmsnorm_0"
+    saved = torch.load(os.path.join(where, "inputs.pt"))
+    assert sorted(saved) == ["W", "out", "r", "w", "x"] and torch.equal(saved["r"], r)
+    assert torch.equal(saved["out"], out), "the output as the failing run left it"
+    with open(os.path.join(where, "README.txt")) as f:
+        snippet = f.read().split("Load them (python3):\n\n")[1]
+    assert len(snippet.strip().splitlines()) == 5
+    exec(compile(snippet, "README.txt", "exec"), {})       # the snippet runs as written
 
 
 # ---- degenerate tiling

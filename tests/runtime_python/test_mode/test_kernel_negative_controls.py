@@ -89,7 +89,11 @@ def not_caught(case: str, path: str, why: str) -> None:
 def kernel_raises(case: str, bug: str, exc, x=None, coords=None) -> str:
     with pytest.raises(exc) as e:
         ks.run_kernel(x_random() if x is None else x, bug, GRID, coords)
-    return caught(case, "kernel level", e.value)
+    msg = caught(case, "kernel level", e.value)
+    if isinstance(e.value, MPKFootprintError):    # the finding, then where the failing case was kept
+        msg, _, kept = msg.partition("\n")
+        assert kept.startswith("Failure files (source, task graph, module, inputs"), kept
+    return msg
 
 
 def raises_in_test_mode(case: str, bug: str, exc, x=None) -> str:

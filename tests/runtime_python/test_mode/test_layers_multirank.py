@@ -13,8 +13,9 @@ timeout (testing.mpirun), and for every rank r the output must show:
 - a split layer (column / row): SHARDED lines whose local shape is smaller than the global one
   on the split dim; a replicated result (replicated, row after its allreduce, reduce): IDENTICAL
   lines, the same sha256 on all N ranks;
-- its own files in MPK_OUTPUT_DIR: test_rank{r}.cu, task_graph_rank{r}.json and
-  kernel_metadata_rank{r}.json naming rank r of world_size N;
+- its own files in each case's directory under MPK_OUTPUT_DIR (one per case label): test_rank{r}.cu,
+  task_graph_rank{r}.json and kernel_metadata_rank{r}.json naming rank r of world_size N, beside the
+  other ranks' of the same case;
 - whatever the file adds (`check_mpirun_output(out, ranks)`, the allreduce's launch counts).
 
 Negative control: MPK_TEST_WRONG_SHARD_RANK=1 makes rank 1 give its linear kernel rank 0's rows
@@ -29,7 +30,7 @@ import time
 
 import pytest
 
-from mirage.mpk import testing
+from mirage.mpk import inspect, testing
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 LAYERS = sorted(d for d in os.listdir(ROOT) if os.path.isfile(os.path.join(ROOT, d, f"test_{d}_testmode.py")))
@@ -81,12 +82,23 @@ def test_layer_file_runs_as_one_multirank_job(layer, ranks, tmp_path):
         n_sharded, n_identical = check_rank(out, layer, ranks, r, tp)
         assert (n_sharded > 0) == split, f"rank {r}: {n_sharded} SHARDED lines for TP '{tp}'"
         assert (n_identical > 0) == (tp != "column"), f"rank {r}: {n_identical} IDENTICAL lines for TP '{tp}'"
-        for name in (f"test_rank{r}.cu", f"task_graph_rank{r}.json"):
-            assert (tmp_path / name).is_file(), f"rank {r} wrote no {name}: {sorted(os.listdir(tmp_path))}"
-        with open(tmp_path / f"kernel_metadata_rank{r}.json") as f:
-            meta = json.load(f)
-        assert (meta["rank"], meta["world_size"]) == (r, ranks), meta
-    assert not os.path.exists(tmp_path / f"test_rank{ranks}.cu")
+    # each case its own directory (run_cases_as_script), holding every rank's files of that case only
+    case_dirs = sorted(d for d in tmp_path.iterdir() if d.is_dir())
+    assert case_dirs and not [f for f in tmp_path.iterdir() if f.is_file()], sorted(os.listdir(tmp_path))
+    for d in case_dirs:
+        for r in range(ranks):
+            for name in (f"test_rank{r}.cu", f"task_graph_rank{r}.json"):
+                assert (d / name).is_file(), f"rank {r} wrote no {name} in {d}: {sorted(os.listdir(d))}"
+            with open(d / f"kernel_metadata_rank{r}.json") as f:
+                meta = json.load(f)
+            assert (meta["rank"], meta["world_size"]) == (r, ranks), meta
+        assert not os.path.exists(d / f"test_rank{ranks}.cu")
+        # negative control of inspect's mixed-run check: one job's ranks, shards and all, are one run
+        assert f"{d}: {ranks} rank(s)" in inspect.output_dir_summary(str(d))
+    last = testing.rank_lines(out, 0, "generated code and task graph: ")[0].split(": ", 1)[1].split(", ")
+    assert os.path.dirname(last[0]) in map(str, case_dirs), last     # where the last lines say they went
+    assert testing.rank_lines(out, 0, f"generated code of the {len(case_dirs)} case(s): one directory each "
+                                      f"under {tmp_path}/")
     module = testing.load_reference(layer_file(layer), name=f"test_{layer}_testmode")
     if hasattr(module, "check_mpirun_output"):
         module.check_mpirun_output(out, ranks)

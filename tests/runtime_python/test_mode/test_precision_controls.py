@@ -16,7 +16,9 @@ the copy through MPK_CSRC_DIR (the compile cache key hashes the headers, so noth
       CPU kernel's noise pushed 6.5% of them over, by < 1%); at hidden=8192 (Llama-2-70B) the bias
       is a quarter of the bound. The rms ratio alone catches both by a wide margin.
   (c) rmsnorm.cuh ignores eps (uses 0): every regular case of the rmsnorm test (eps=1e-6) still
-      passes, so only SCALAR_CASES (testing.check_scalars) can catch it, and each of them does.
+      passes, so only SCALAR_CASES (testing.check_scalars) can catch it, and each of them does; the
+      failure says the output matches the reference at eps=0 (check_output's reference_fn), which
+      (b)'s failure, another bug in the same kernel, does not (the negative control).
 
 The cases are the layer tests' own (their run / run_case), so a control tests what the suite runs.
 The first tests check the statistic itself on synthetic roundings (no kernel).
@@ -73,14 +75,17 @@ def run_control(runner, case, kernel: str, old: str, new: str, tmp_path, label: 
     testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk)
     assert clean.passed and clean.rms_checked
     with mutated_kernels(tmp_path, kernel, old, new, count):
-        pk, name, out, expected, tol, inputs, *_ = runner.run(*case, jitter=3)
+        pk, name, out, expected, tol, inputs, *reference = runner.run(*case, jitter=3)
+    reference_fn = reference[0] if reference else None      # rmsnorm's: the reference of eps
     c = testing.compare(out, expected, tol)
     print(f"CONTROL {label}: clean kernel {figures(clean)}: PASS")
     print(f"CONTROL {label}: mutated kernel {figures(c)}; the worst-case bound alone would "
           f"{'PASS' if c.n_bad == 0 else 'FAIL'}")
     with pytest.raises(AssertionError, match="is not close") as e:
-        testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk)
+        testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk,
+                             reference_fn=reference_fn)
     print(f"CAUGHT {label}: {str(e.value).splitlines()[1]}")
+    assert "does the kernel read fparam" not in str(e.value), "negative control: not an ignored scalar"
     assert c.rms_failed, "the rms ratio alone must catch this mutation"
     return c, str(e.value), testing.first_divergence(pk, {"out": expected}, {"out": tol})
 
@@ -168,10 +173,17 @@ def test_rmsnorm_ignoring_eps_passes_every_regular_case_and_fails_every_scalar_c
         print(f"CONTROL rmsnorm ignoring eps: all {len(RMSNORM.DTYPES) * len(RMSNORM.SHAPES)} regular cases "
               f"(eps=1e-6) PASS")
         for dtype, case, params in RMSNORM.SCALAR_CASES:
-            pk, name, out, expected, tol, inputs, _ = RMSNORM.run(dtype, *case, jitter=case[0], **params)
+            pk, name, out, expected, tol, inputs, reference = RMSNORM.run(dtype, *case, jitter=case[0],
+                                                                          **params)
             c = testing.compare(out, expected, tol)
             with pytest.raises(AssertionError, match="is not close") as e:
-                testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk)
+                testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk,
+                                     reference_fn=reference)
             assert c.n_bad > 0 and "Bad tiles of layer 'rmsnorm_0' output 'out' (grid coordinate: " \
                                    "bad/total): (0, 0, 0): " in str(e.value), str(e.value)
+            hint = ("\nScalar parameters: the output matches the reference with eps=0 (the value a kernel "
+                    "that ignores 'eps' computes with): does the kernel read fparam 'eps'?\n")
+            assert hint in str(e.value), str(e.value)
+            if dtype == RMSNORM.SCALAR_CASES[0][0]:
+                print(f"HINT {name}: {hint.strip()}")
             print(f"CAUGHT rmsnorm ignoring eps in SCALAR_CASE {name}: {figures(c)}")
