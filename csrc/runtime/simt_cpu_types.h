@@ -17,7 +17,8 @@
 #define __forceinline__ inline __attribute__((always_inline))
 #define __align__(n) __attribute__((aligned(n)))
 // A block runs on one OS thread and blocks on one OS thread run one after another, so a static
-// per-OS-thread variable is exactly per block. NOT poisoned (only the dynamic arena is).
+// per-OS-thread variable is exactly per block. Poisoned (0xFF) at every block start and before
+// every task of a worker block in test mode, as the dynamic arena is (simt_cpu_tls.h).
 // `extern __shared__` arrays are not supported: use mpk::smem.
 #define __shared__ static thread_local
 // (__noinline__ is left undefined: libstdc++ spells __attribute__((__noinline__)).)
@@ -30,8 +31,7 @@ struct dim3 {
     constexpr operator uint3() const { return uint3{x, y, z}; }
 };
 inline constexpr int warpSize = 32;
-inline constexpr uint3 blockIdx{0, 0, 0};  // a task is always block 0 of a 1-block grid
-inline constexpr dim3 gridDim{1, 1, 1};
+// (blockIdx and gridDim: refused in task kernels, runtime/simt.h)
 
 #define MPK_SIMT_VEC124(T, N1, N2, N4, A2, A4)                                           \
     struct N1 { T x; };                                                                  \
