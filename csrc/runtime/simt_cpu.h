@@ -18,13 +18,15 @@
 // ThreadSanitizer sees every emulated thread as a fiber (a release/acquire per barrier
 // generation and per __syncwarp); AddressSanitizer is told about every stack switch.
 // docs/simt.md has the guarantees, the scheduling policy, the messages and the costs.
-// Test: tests/csrc/test_simt.cpp; run: bash tests/csrc/run_simt_tests.sh//
+// Test: tests/csrc/test_simt.cpp; run: bash tests/csrc/run_simt_tests.sh
+//
 // The emulation, in the order each part builds on the previous ones:
 //   simt_cpu_config.h     build knobs: sanitizer detection, context switch, fiber stack size
 //   simt_cpu_types.h      CUDA keywords (__device__, __shared__, ...), vector and 16-bit float types
 //   simt_cpu_sanitizer.h  TSan / ASan hooks, TsanIgnore
 //   simt_cpu_switch.h     the hand-written context switch (x86-64, aarch64)
 //   simt_cpu_sched.h      Block / Error, fibers, the per-OS-thread pool, the scheduler
+//   simt_cpu_tls.h        the static __shared__ poison (this module's TLS block, less the emulation's)
 //   simt_cpu_sync.h       barriers, warp collectives, their checks and the deadlock diagnosis
 //   simt_cpu_block.h      run_block, mpk::smem, the executor's BlockRef / task_barrier / MPK_RUN_TASK
 //   simt_cpu_cuda.h       the CUDA builtins: threadIdx, __syncthreads, __shfl_*_sync, atomics, math
@@ -38,6 +40,7 @@
 #include "simt_cpu_sanitizer.h"
 #include "simt_cpu_switch.h"
 #include "simt_cpu_sched.h"
+#include "simt_cpu_tls.h"
 #include "simt_cpu_sync.h"
 #include "simt_cpu_block.h"
 #include "simt_cpu_cuda.h"

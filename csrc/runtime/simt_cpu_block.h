@@ -6,6 +6,7 @@
 #error "runtime/simt_cpu_block.h is part of the host compiler's CUDA emulation (runtime/simt_cpu.h)"
 #endif
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <string>
 #include <type_traits>
@@ -61,6 +62,27 @@ inline void run(const Block& b, void (*fn)(void*), void* arg) {
         __asan_unpoison_memory_region(f.stack_lo + f.stack_size - top, top);
 #endif
     }
+    // MPK_SIMT_SERIAL=1: one thread at a time in threadIdx order (docs/simt.md, Debugging)
+    const char* serial = getenv("MPK_SIMT_SERIAL");
+    s.serial = serial && serial[0] && strcmp(serial, "0") != 0;
+    s.scratch_given = false;
+    s.watch_addr = nullptr;
+    if (b.watch_addr && b.watch_bytes && b.watch_thread) {
+        if (b.watch_bytes > s.watch_cap) {
+            free(s.watch_copy);
+            s.watch_copy = static_cast<char*>(malloc(b.watch_bytes));
+            s.watch_cap = s.watch_copy ? b.watch_bytes : 0;
+            if (!s.watch_copy) throw std::bad_alloc();
+        }
+        s.watch_addr = static_cast<const char*>(b.watch_addr);
+        s.watch_bytes = b.watch_bytes;
+        s.watch_thread = b.watch_thread;
+        *s.watch_thread = -1;
+        memcpy(s.watch_copy, s.watch_addr, s.watch_bytes);
+    }
+#if MPK_SIMT_STATIC_POISON
+    poison_static_shared(s);  // the static __shared__ arrays, as a fresh block finds them
+#endif
     s.smem_bytes = b.smem_bytes;
     s.smem = p.arena_for(b.smem_bytes);
     s.smem_touched = false;
@@ -152,13 +174,38 @@ namespace simt {
 // looking it up per task.
 using BlockRef = detail::Sched*;
 inline BlockRef this_block() { return &detail::current("mpk::simt::this_block"); }
+// `bytes` of per-block memory that is not shared memory and never poisoned (64-byte aligned), the
+// same for every thread of block b: what the executor keeps across the tasks of its worker block
+// (a static __shared__ array is poisoned before every task in test mode). Every thread asks for the
+// same size; the first call of a block allocates, so no thread holds the previous block's pointer.
+inline void* block_scratch(BlockRef b, size_t bytes, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    detail::Sched& s = *b;
+    detail::TsanIgnore ignore;
+    if (!s.scratch_given) {
+        if (bytes > s.scratch_bytes) {
+            free(s.scratch);
+            s.scratch = nullptr;
+            s.scratch_bytes = 0;
+            void* m = nullptr;
+            if (posix_memalign(&m, 64, bytes)) throw std::bad_alloc();
+            s.scratch = static_cast<char*>(m);
+            s.scratch_bytes = bytes;
+        }
+        s.scratch_given = true;
+    } else if (bytes > s.scratch_bytes) {
+        throw Error("mpk::simt::block_scratch at " + detail::site(file, line) + ": " + std::to_string(bytes) +
+                    " bytes, more than the " + std::to_string(s.scratch_bytes) + " this block's first call took");
+    }
+    return s.scratch;
+}
 // __syncthreads() on block b.
 inline void sync(BlockRef b, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     detail::barrier_on(*b, detail::Op::SyncThreads, 0, file, line);
 }
-// __syncthreads() after a task on block b; with poison (test mode), the next task finds the dynamic
-// shared memory filled with 0xFF, as a fresh block does, if a thread of this one took it
-// (mpk::smem, mpk::smem_base). The fill happens as the barrier completes: no second barrier.
+// __syncthreads() after a task on block b; with poison (test mode), the next task finds the static
+// __shared__ arrays filled with 0xFF, and the dynamic shared memory too if a thread of this one
+// took it (mpk::smem, mpk::smem_base), as a fresh block does. The fill happens as the barrier
+// completes: no second barrier.
 inline void task_barrier(BlockRef b, bool poison, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     detail::barrier_on(*b, detail::Op::SyncThreads, 0, file, line, poison);
 }

@@ -57,3 +57,9 @@
 #define MPK_SIMT_STACK_BYTES (64 * 1024)
 #endif
 #endif
+
+// The static __shared__ poison (simt_cpu_tls.h). 0 only for the negative control of its test
+// (tests/csrc/run_simt_tests.sh, static-poison-off): a kernel then reads the previous task's values.
+#ifndef MPK_SIMT_STATIC_POISON
+#define MPK_SIMT_STATIC_POISON 1
+#endif

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <cxxabi.h>
 #include <exception>
 #include <new>
 #include <stdexcept>
@@ -36,6 +37,12 @@ struct Block {
     int threads;        // a multiple of 32, at most 1024
     size_t smem_bytes;  // dynamic shared memory (mpk::smem)
     uint64_t seed;      // the schedule: the same seed, the same interleaving
+    // The write-watch (TaskView::watch_addr): after every fiber's run segment the emulation
+    // compares these bytes and stores into *watch_thread the linear thread index of the last
+    // fiber during whose segment they changed (-1: none did).
+    const void* watch_addr = nullptr;
+    size_t watch_bytes = 0;
+    int32_t* watch_thread = nullptr;
 };
 
 // Any SIMT violation in a block, thrown by run_block on the caller's stack.
@@ -46,7 +53,8 @@ public:
 
 template <class F> void run_block(const Block& b, F&& body);
 inline Block block_of(const TaskView& v) {
-    return Block{v.block_threads, size_t(v.smem_bytes < 0 ? 0 : v.smem_bytes), v.simt_seed};
+    return Block{v.block_threads, size_t(v.smem_bytes < 0 ? 0 : v.smem_bytes), v.simt_seed,
+                 v.watch_addr, v.watch_bytes, v.watch_thread};
 }
 
 #pragma GCC visibility push(hidden)  // module-local: direct calls, no PLT, under -fPIC
@@ -138,15 +146,37 @@ struct Sched {
     // TSan synchronization cells (only their addresses matter)
     char cell_start = 0, cell_end = 0, cell_bar[2] = {0, 0};
     char* cell_lane = nullptr;  // [nthreads][2]
+    // MPK_SIMT_SERIAL=1 (read at each block start): the lowest ready thread runs next, nothing
+    // drawn ahead: thread 0 until it blocks, then thread 1, ... (docs/simt.md, Debugging)
+    bool serial = false;
+    // the write-watch (Block::watch_addr); watch_copy holds the bytes as last seen
+    const char* watch_addr = nullptr;
+    size_t watch_bytes = 0;
+    int32_t* watch_thread = nullptr;
+    char* watch_copy = nullptr;
+    size_t watch_cap = 0;
+    // static __shared__ poison: the OS thread's instance of this module's TLS block, less the
+    // emulation's own state (tl), as [tls_lo, tls_skip_lo) and [tls_skip_hi, tls_hi)
+    char *tls_lo = nullptr, *tls_skip_lo = nullptr, *tls_skip_hi = nullptr, *tls_hi = nullptr;
+    // the executor's per-block state (block_scratch): not shared memory, never poisoned
+    char* scratch = nullptr;
+    size_t scratch_bytes = 0;
+    bool scratch_given = false;  // handed out in this block
 };
 
-// The block running on this OS thread (its running fiber is s->cur): constant-initialized,
-// trivially destructible, so access is a plain TLS load. One pointer, written when a block
-// starts and ends, never per switch: in a shared module every TLS access is a call.
+struct Pool;
+// Every thread_local of the emulation, in one object: the poison of static __shared__ arrays
+// (`static thread_local` here, simt_cpu_types.h) fills the module's whole TLS block except this
+// (simt_cpu_block.h, poison_static_shared). s is the block running on this OS thread (its
+// running fiber is s->cur). Constant-initialized, trivially destructible, so access is a plain
+// TLS load; s is written when a block starts and ends, never per switch: in a shared module
+// every TLS access is a call. The pool is heap-allocated and freed at thread exit.
 struct Tls {
     Sched* s;
+    Pool* pool;
+    void* dead_sp;  // where an exiting fiber's last switch stores its stack pointer
 };
-inline thread_local Tls tl{nullptr};
+inline thread_local Tls tl{nullptr, nullptr, nullptr};
 
 // ---- messages
 
@@ -247,6 +277,8 @@ struct Pool {
 #endif
     }
     ~Pool() {
+        free(sched.watch_copy);
+        free(sched.scratch);
         for (int i = 0; i < capacity; ++i) {
             const size_t guard = page_size();
 #if MPK_SIMT_TSAN
@@ -262,9 +294,24 @@ struct Pool {
         free(arena);
     }
 };
+// __dso_handle: this module (crtbegin), which the C++ runtime keeps loaded until the dtor ran.
+extern "C" void* __dso_handle;
+inline void pool_free(void* p) {
+    delete static_cast<Pool*>(p);
+    tl.pool = nullptr;
+}
+// This OS thread's pool: created by its first block, freed when the thread exits (as a
+// thread_local with a destructor would be, without putting one in the TLS block).
 inline Pool& pool() {
-    static thread_local Pool p;
-    return p;
+    if (__builtin_expect(!tl.pool, 0)) {
+        Pool* p = new Pool;
+        if (abi::__cxa_thread_atexit(&pool_free, p, &__dso_handle)) {
+            delete p;
+            throw std::bad_alloc();
+        }
+        tl.pool = p;
+    }
+    return *tl.pool;
 }
 
 // ---- scheduling
@@ -313,6 +360,16 @@ inline Fiber* pick_ahead(Sched& s) {
     if (!s.ready_warps) return nullptr;
     s.cur_warp = random_bit(s, s.ready_warps);
     return pick(s, s.cur_warp);
+}
+// MPK_SIMT_SERIAL: the lowest ready thread (threadIdx order).
+inline Fiber* pick_first(Sched& s) {
+    if (!s.ready_warps) return nullptr;
+    const int w = __builtin_ctz(s.ready_warps);
+    Warp& wp = s.warps[w];
+    const int lane = __builtin_ctz(wp.ready);
+    wp.ready &= wp.ready - 1;
+    if (!wp.ready) s.ready_warps &= ~(1u << w);
+    return &s.fibers[w * 32 + lane];
 }
 inline void prefetch_frames(const Fiber* f) {
     if (!f->started) return;
@@ -363,13 +420,18 @@ inline void fail_record(Sched& s, std::string msg) {
 // nothing else is ready; &main once every thread has exited.
 inline Fiber* next_fiber(Sched& s) {
     for (;;) {
-        Fiber* f = s.ahead;
-        if (!f) f = pick_ahead(s);
-        if (f) {
-            s.ahead = pick_ahead(s);
-            if (s.ahead) prefetch_frames(s.ahead);
-            return take(f);
+        Fiber* f;
+        if (__builtin_expect(s.serial, 0)) {
+            f = pick_first(s);
+        } else {
+            f = s.ahead;
+            if (!f) f = pick_ahead(s);
+            if (f) {
+                s.ahead = pick_ahead(s);
+                if (s.ahead) prefetch_frames(s.ahead);
+            }
         }
+        if (f) return take(f);
         if (s.yielded) {
             for (int w = 0; w < s.nwarps; ++w) {
                 Warp& wp = s.warps[w];
@@ -419,8 +481,20 @@ inline void switch_to(Sched& s, Fiber* from, Fiber* to) {
 #endif
 }
 
+// The write-watch, at the end of a fiber's run segment: the watched bytes changed during it, so
+// this fiber wrote them last (so far).
+inline int32_t linear_tid(const Sched& s, const Fiber* f) {
+    return int32_t(f->tid.x + f->tid.y * s.dim.x + f->tid.z * s.dim.x * s.dim.y);
+}
+inline void watch_check(Sched& s, const Fiber* self) {
+    if (memcmp(s.watch_addr, s.watch_copy, s.watch_bytes) == 0) return;
+    *s.watch_thread = linear_tid(s, self);
+    memcpy(s.watch_copy, s.watch_addr, s.watch_bytes);
+}
+
 // Block the running fiber (its state already says why) until it is scheduled again.
 inline void block(Sched& s, Fiber* self) {
+    if (__builtin_expect(s.watch_addr != nullptr, 0)) watch_check(s, self);
     if (s.aborting) {
         self->st = St::Running;
         if (std::uncaught_exceptions()) return;  // a destructor during unwinding: do not switch
@@ -459,8 +533,7 @@ inline void block(Sched& s, Fiber* self) {
 #if MPK_SIMT_UCONTEXT
     setcontext(&to->uc);
 #else
-    static thread_local void* dead_sp;
-    mpk_simt_switch_v1(&dead_sp, target);
+    mpk_simt_switch_v1(&tl.dead_sp, target);
 #endif
     __builtin_unreachable();
 }
@@ -468,6 +541,7 @@ inline void block(Sched& s, Fiber* self) {
 [[noreturn]] MPK_SIMT_NO_TSAN inline void on_exit(Sched& s, Fiber* self) {
     const int t = int(self->tid.x), lane = t & 31;
     Warp& w = s.warps[t >> 5];
+    if (__builtin_expect(s.watch_addr != nullptr, 0)) watch_check(s, self);
     self->st = St::Exited;
     ++s.exited;
     w.alive &= ~(1u << lane);

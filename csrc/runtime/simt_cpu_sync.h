@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 #include "simt_cpu_sched.h"
+#include "simt_cpu_tls.h"
 
 namespace mpk {
 namespace simt {
@@ -20,13 +21,15 @@ namespace detail {
 
 // A barrier completes when every thread arrived, all at one call site. Anything else is found
 // when nothing can run (next_fiber -> diagnose). With `poison`, its completion also refills the
-// dynamic shared memory with 0xFF if a thread took it since the last fill (the executor's barrier
+// static __shared__ arrays with 0xFF (simt_cpu_tls.h), and the dynamic shared memory if a thread
+// took it since the last fill (the executor's barrier
 // after each task: no thread runs while the last one to arrive fills it; TSan ignores the fill,
 // as it ignores the whole barrier, and the release/acquire per generation orders the rest).
 inline int barrier_on(Sched& s, Op op, int pred, const char* file, int line, bool poison = false) {
     Fiber* self = s.cur;
     TsanIgnore ignore;
     if (s.aborting) { block(s, self); return 0; }
+    if (__builtin_expect(s.watch_addr != nullptr, 0)) watch_check(s, self);  // (before the poison below)
     const uint64_t gen = s.bar_gen;
     tsan_release(&s.cell_bar[gen & 1]);
     self->st = St::Barrier;
@@ -49,9 +52,15 @@ inline int barrier_on(Sched& s, Op op, int pred, const char* file, int line, boo
                      : op == Op::SyncOr    ? int(s.bar_true > 0) : 0;
         ++s.bar_gen;
         s.at_barrier = 0;
-        if (poison && s.smem_touched) {
-            memset(s.smem, 0xFF, s.smem_bytes);
-            s.smem_touched = false;
+        if (poison) {
+#if MPK_SIMT_STATIC_POISON
+            poison_static_shared(s);
+#endif
+            if (s.smem_touched) {
+                memset(s.smem, 0xFF, s.smem_bytes);
+                s.smem_touched = false;
+            }
+            if (s.watch_addr) memcpy(s.watch_copy, s.watch_addr, s.watch_bytes);  // no thread wrote the poison
         }
         // (each fiber's st stays Barrier until take() runs it: a store per fiber here would
         // touch 128 cache lines per barrier for nothing; diagnose() only runs when no lane is ready)
