@@ -11,8 +11,10 @@
 //
 // It guarantees what the hardware guarantees and no more: a barrier needs every live thread at
 // the same call site; a warp collective rendezvouses exactly the lanes of its mask (warps are
-// not lockstep); shared memory starts poisoned (0xFF); the order of warps and lanes between
-// blocking points comes from the seed. A violation stops the block and throws
+// not lockstep); shared memory, dynamic and static, starts poisoned (0xFF, and before every
+// test-mode task of a worker block); blockIdx / gridDim do not compile in a task kernel
+// (runtime/simt.h); the order of warps and lanes between blocking points comes from the seed
+// (MPK_SIMT_SERIAL=1: threadIdx order, for a debugger). A violation stops the block and throws
 // mpk::simt::Error from run_block naming the call site(s), e.g.
 //   "divergent __syncthreads: rmsnorm.cuh:41 reached by 64 of 128 threads, rmsnorm.cuh:50 by 64"
 // ThreadSanitizer sees every emulated thread as a fiber (a release/acquire per barrier

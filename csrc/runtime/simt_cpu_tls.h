@@ -44,24 +44,30 @@ inline int tls_of_module(struct dl_phdr_info* info, size_t, void* arg) {
     return 1;
 }
 
+// The layout the poison relies on: this module found, with a TLS block that holds all of tl.
+// "" if so, else why not (tested with wrong layouts in tests/csrc/test_simt.cpp).
+inline std::string tls_layout_error(const TlsQuery& q, const char* me, size_t me_bytes) {
+    if (q.found && q.data && me >= q.data && size_t(me - q.data) + me_bytes <= q.bytes) return "";
+    char b[256];
+    snprintf(b, sizeof b, "module %s, TLS block %p of %zu bytes, the emulation's state at %p (%zu bytes)",
+             q.found ? "found" : "not found", static_cast<void*>(q.data), q.bytes, static_cast<const void*>(me),
+             me_bytes);
+    return std::string("mpk::simt: the static __shared__ poison cannot find this module's thread-local storage "
+                       "as it expects (") + b + "); " + site(__FILE__, __LINE__);
+}
+
 // Once per OS thread (the pool's Sched keeps it): where this thread's TLS block of this module is,
 // checked to hold tl, the emulation's own state; anything else is refused, loudly.
 inline void find_tls_block(Sched& s) {
     TlsQuery q{reinterpret_cast<uintptr_t>(&tls_of_module), false, nullptr, 0};
     dl_iterate_phdr(&tls_of_module, &q);
     char* const me = reinterpret_cast<char*>(&tl);
-    char* const lo = q.data;
-    if (!q.found || !lo || me < lo || size_t(me - lo) + sizeof(Tls) > q.bytes) {
-        char b[256];
-        snprintf(b, sizeof b, "module %s, TLS block %p of %zu bytes, the emulation's state at %p (%zu bytes)",
-                 q.found ? "found" : "not found", static_cast<void*>(lo), q.bytes, static_cast<void*>(me), sizeof(Tls));
-        throw Error(std::string("mpk::simt: the static __shared__ poison cannot find this module's thread-local "
-                                "storage as it expects (") + b + "); " + site(__FILE__, __LINE__));
-    }
-    s.tls_lo = lo;
+    const std::string why = tls_layout_error(q, me, sizeof(Tls));
+    if (!why.empty()) throw Error(why);
+    s.tls_lo = q.data;
     s.tls_skip_lo = me;
     s.tls_skip_hi = me + sizeof(Tls);
-    s.tls_hi = lo + q.bytes;
+    s.tls_hi = q.data + q.bytes;
 }
 
 // Every static __shared__ array of the module (every byte of its TLS block but tl) := 0xFF.

@@ -478,6 +478,19 @@ static int check_static_poison() {
 static void test_static_poison() {
     const int before = g_failures;
     check_static_poison();
+    // the layout check refuses what the poison cannot handle (and accepts the real one)
+    using mpk::simt::detail::TlsQuery;
+    using mpk::simt::detail::tls_layout_error;
+    alignas(64) static char fake[256];
+    CHECK(tls_layout_error(TlsQuery{0, true, fake, 256}, fake + 64, 24).empty(), "a good layout refused");
+    const std::string e1 = tls_layout_error(TlsQuery{0, true, fake, 64}, fake + 48, 24);
+    const std::string e2 = tls_layout_error(TlsQuery{0, false, nullptr, 0}, fake, 24);
+    const std::string e3 = tls_layout_error(TlsQuery{0, true, fake + 128, 64}, fake, 24);
+    CHECK(has(e1, "cannot find this module's thread-local storage as it expects (module found, TLS block") &&
+              has(e1, "of 64 bytes") && has(e1, "simt_cpu_tls.h:"),
+          "state past the block's end: '%s'", e1.c_str());
+    CHECK(has(e2, "(module not found"), "module not found: '%s'", e2.c_str());
+    CHECK(!e3.empty(), "state before the block accepted");
     report("static __shared__ poison: task and block start", before);
 }
 
