@@ -127,6 +127,11 @@ struct Sched {
     uint32_t ready_warps = 0;    // warps with a ready lane
     int cur_warp = -1;           // greedy: run this warp until none of its lanes is ready
     Fiber* ahead = nullptr;      // the next to run, drawn already (out of the ready masks)
+    // (beside the switch path's other fields: each is tested once per switch)
+    const char* watch_addr = nullptr;  // the write-watch, below
+    // MPK_SIMT_SERIAL=1 (read at each block start): the lowest ready thread runs next, nothing
+    // drawn ahead: thread 0 until it blocks, then thread 1, ... (docs/simt.md, Debugging)
+    bool serial = false;
     int yielded = 0, exited = 0;
     uint64_t rng = 1;
     // barrier
@@ -146,11 +151,7 @@ struct Sched {
     // TSan synchronization cells (only their addresses matter)
     char cell_start = 0, cell_end = 0, cell_bar[2] = {0, 0};
     char* cell_lane = nullptr;  // [nthreads][2]
-    // MPK_SIMT_SERIAL=1 (read at each block start): the lowest ready thread runs next, nothing
-    // drawn ahead: thread 0 until it blocks, then thread 1, ... (docs/simt.md, Debugging)
-    bool serial = false;
-    // the write-watch (Block::watch_addr); watch_copy holds the bytes as last seen
-    const char* watch_addr = nullptr;
+    // the write-watch (Block::watch_addr, null: off); watch_copy holds the bytes as last seen
     size_t watch_bytes = 0;
     int32_t* watch_thread = nullptr;
     char* watch_copy = nullptr;

@@ -73,8 +73,9 @@ inline void find_tls_block(Sched& s) {
 // Every static __shared__ array of the module (every byte of its TLS block but tl) := 0xFF.
 inline void poison_static_shared(Sched& s) {
     if (__builtin_expect(!s.tls_lo, 0)) find_tls_block(s);
-    memset(s.tls_lo, 0xFF, size_t(s.tls_skip_lo - s.tls_lo));
-    memset(s.tls_skip_hi, 0xFF, size_t(s.tls_hi - s.tls_skip_hi));
+    // (a module without static __shared__ arrays: both empty, no call)
+    if (s.tls_skip_lo != s.tls_lo) memset(s.tls_lo, 0xFF, size_t(s.tls_skip_lo - s.tls_lo));
+    if (s.tls_hi != s.tls_skip_hi) memset(s.tls_skip_hi, 0xFF, size_t(s.tls_hi - s.tls_skip_hi));
 }
 
 }  // namespace detail
