@@ -478,6 +478,21 @@ static int check_static_poison() {
 static void test_static_poison() {
     const int before = g_failures;
     check_static_poison();
+    // the assumption itself: a static __shared__ array lies inside the TLS block the poison fills,
+    // outside the emulation's own state
+    uintptr_t lo = 0, hi = 0, arr = 0, skip_lo = 0, skip_hi = 0;
+    run_block(Block{32, 0, 1}, [&] {
+        __shared__ float probe[300];
+        const mpk::simt::BlockRef blk = mpk::simt::this_block();
+        if (threadIdx.x == 0) {
+            lo = uintptr_t(blk->tls_lo), hi = uintptr_t(blk->tls_hi), arr = uintptr_t(probe);
+            skip_lo = uintptr_t(blk->tls_skip_lo), skip_hi = uintptr_t(blk->tls_skip_hi);
+        }
+    });
+    CHECK(lo && arr >= lo && arr + sizeof(float) * 300 <= hi && (arr + sizeof(float) * 300 <= skip_lo || arr >= skip_hi),
+          "a static __shared__ array at %#lx..%#lx is not in the poisoned TLS block [%#lx, %#lx) less [%#lx, %#lx)",
+          (unsigned long)arr, (unsigned long)(arr + 1200), (unsigned long)lo, (unsigned long)hi,
+          (unsigned long)skip_lo, (unsigned long)skip_hi);
     // the layout check refuses what the poison cannot handle (and accepts the real one)
     using mpk::simt::detail::TlsQuery;
     using mpk::simt::detail::tls_layout_error;
