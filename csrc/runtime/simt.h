@@ -49,7 +49,7 @@ template <typename T> MPK_DEVICE MPK_INLINE T* smem(size_t byte_offset, size_t /
 
 // blockIdx and gridDim are refused in task kernels, at compile time on both backends: a persistent
 // worker block runs many tasks, one after another, so its block index says which worker it is,
-// not which tile (MPK issue #719: an fp8 kernel took blockIdx.x as its batch row). A task's work
+// not which tile (an fp8 kernel of MPK once took blockIdx.x as its batch row). A task's work
 // is in its view: v.in_tile / v.out_tile, v.iparam. Using either is a static_assert naming this
 // reason, with the kernel's line in the compiler's "required from here". Code that is not a task
 // kernel and needs the real ones (the CUDA driver's worker id, runtime/host_cuda.h) brackets them

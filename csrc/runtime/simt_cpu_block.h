@@ -80,6 +80,7 @@ inline void run(const Block& b, void (*fn)(void*), void* arg) {
         *s.watch_thread = -1;
         memcpy(s.watch_copy, s.watch_addr, s.watch_bytes);
     }
+    s.debug = s.serial || s.watch_addr;
 #if MPK_SIMT_STATIC_POISON
     poison_static_shared(s);  // the static __shared__ arrays, as a fresh block finds them
 #endif

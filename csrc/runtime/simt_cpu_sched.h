@@ -127,8 +127,9 @@ struct Sched {
     uint32_t ready_warps = 0;    // warps with a ready lane
     int cur_warp = -1;           // greedy: run this warp until none of its lanes is ready
     Fiber* ahead = nullptr;      // the next to run, drawn already (out of the ready masks)
-    // (beside the switch path's other fields: each is tested once per switch)
-    const char* watch_addr = nullptr;  // the write-watch, below
+    // serial or watching: next_fiber takes its slow path (one test per switch, beside the
+    // switch path's other fields)
+    bool debug = false;
     // MPK_SIMT_SERIAL=1 (read at each block start): the lowest ready thread runs next, nothing
     // drawn ahead: thread 0 until it blocks, then thread 1, ... (docs/simt.md, Debugging)
     bool serial = false;
@@ -152,6 +153,7 @@ struct Sched {
     char cell_start = 0, cell_end = 0, cell_bar[2] = {0, 0};
     char* cell_lane = nullptr;  // [nthreads][2]
     // the write-watch (Block::watch_addr, null: off); watch_copy holds the bytes as last seen
+    const char* watch_addr = nullptr;
     size_t watch_bytes = 0;
     int32_t* watch_thread = nullptr;
     char* watch_copy = nullptr;
@@ -416,13 +418,28 @@ inline void fail_record(Sched& s, std::string msg) {
     throw Cancel{};
 }
 
+// The write-watch, at the end of a fiber's run segment: the watched bytes changed during it, so
+// this fiber wrote them last (so far).
+inline int32_t linear_tid(const Sched& s, const Fiber* f) {
+    return int32_t(f->tid.x + f->tid.y * s.dim.x + f->tid.z * s.dim.x * s.dim.y);
+}
+inline void watch_check(Sched& s, const Fiber* self) {
+    if (memcmp(s.watch_addr, s.watch_copy, s.watch_bytes) == 0) return;
+    *s.watch_thread = linear_tid(s, self);
+    memcpy(s.watch_copy, s.watch_addr, s.watch_bytes);
+}
+
 // The next fiber to run, or nullptr after recording a deadlock. Greedy within the current warp
 // (a random ready lane), else a random warp with a ready lane; __nanosleep'd threads only when
 // nothing else is ready; &main once every thread has exited.
-inline Fiber* next_fiber(Sched& s) {
+// kDebug (MPK_SIMT_SERIAL, the write-watch): the watch at the end of the running fiber's segment,
+// and the lowest ready thread instead of the policy; next_fiber picks the variant (one test).
+template <bool kDebug> inline Fiber* next_fiber_as(Sched& s) {
+    // the end of the running fiber's segment (none when run_block starts the first one)
+    if (kDebug && s.watch_addr && s.cur != &s.main) watch_check(s, s.cur);
     for (;;) {
         Fiber* f;
-        if (__builtin_expect(s.serial, 0)) {
+        if (kDebug && s.serial) {
             f = pick_first(s);
         } else {
             f = s.ahead;
@@ -450,6 +467,9 @@ inline Fiber* next_fiber(Sched& s) {
         fail_record(s, diagnose(s));
         return nullptr;
     }
+}
+inline Fiber* next_fiber(Sched& s) {
+    return __builtin_expect(s.debug, 0) ? next_fiber_as<true>(s) : next_fiber_as<false>(s);
 }
 
 // While stopping: a started fiber that still has frames to unwind, else main.
@@ -482,20 +502,8 @@ inline void switch_to(Sched& s, Fiber* from, Fiber* to) {
 #endif
 }
 
-// The write-watch, at the end of a fiber's run segment: the watched bytes changed during it, so
-// this fiber wrote them last (so far).
-inline int32_t linear_tid(const Sched& s, const Fiber* f) {
-    return int32_t(f->tid.x + f->tid.y * s.dim.x + f->tid.z * s.dim.x * s.dim.y);
-}
-inline void watch_check(Sched& s, const Fiber* self) {
-    if (memcmp(s.watch_addr, s.watch_copy, s.watch_bytes) == 0) return;
-    *s.watch_thread = linear_tid(s, self);
-    memcpy(s.watch_copy, s.watch_addr, s.watch_bytes);
-}
-
 // Block the running fiber (its state already says why) until it is scheduled again.
 inline void block(Sched& s, Fiber* self) {
-    if (__builtin_expect(s.watch_addr != nullptr, 0)) watch_check(s, self);
     if (s.aborting) {
         self->st = St::Running;
         if (std::uncaught_exceptions()) return;  // a destructor during unwinding: do not switch
@@ -542,7 +550,6 @@ inline void block(Sched& s, Fiber* self) {
 [[noreturn]] MPK_SIMT_NO_TSAN inline void on_exit(Sched& s, Fiber* self) {
     const int t = int(self->tid.x), lane = t & 31;
     Warp& w = s.warps[t >> 5];
-    if (__builtin_expect(s.watch_addr != nullptr, 0)) watch_check(s, self);
     self->st = St::Exited;
     ++s.exited;
     w.alive &= ~(1u << lane);

@@ -29,7 +29,6 @@ inline int barrier_on(Sched& s, Op op, int pred, const char* file, int line, boo
     Fiber* self = s.cur;
     TsanIgnore ignore;
     if (s.aborting) { block(s, self); return 0; }
-    if (__builtin_expect(s.watch_addr != nullptr, 0)) watch_check(s, self);  // (before the poison below)
     const uint64_t gen = s.bar_gen;
     tsan_release(&s.cell_bar[gen & 1]);
     self->st = St::Barrier;
@@ -53,6 +52,7 @@ inline int barrier_on(Sched& s, Op op, int pred, const char* file, int line, boo
         ++s.bar_gen;
         s.at_barrier = 0;
         if (poison) {
+            if (s.watch_addr) watch_check(s, self);  // this thread's segment, then the poison, which no thread wrote
 #if MPK_SIMT_STATIC_POISON
             poison_static_shared(s);
 #endif
@@ -60,7 +60,7 @@ inline int barrier_on(Sched& s, Op op, int pred, const char* file, int line, boo
                 memset(s.smem, 0xFF, s.smem_bytes);
                 s.smem_touched = false;
             }
-            if (s.watch_addr) memcpy(s.watch_copy, s.watch_addr, s.watch_bytes);  // no thread wrote the poison
+            if (s.watch_addr) memcpy(s.watch_copy, s.watch_addr, s.watch_bytes);
         }
         // (each fiber's st stays Barrier until take() runs it: a store per fiber here would
         // touch 128 cache lines per barrier for nothing; diagnose() only runs when no lane is ready)
