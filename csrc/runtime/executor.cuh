@@ -791,9 +791,16 @@ MPK_DEVICE inline void note_failed_task(State& st, int32_t w, int32_t pos, int64
 // One worker block: every thread of it runs this. D::run(view) is the generated dispatcher
 // (false: a variant the module lacks).
 template <class D> MPK_DEVICE void worker_loop(State& st, int32_t w) {
+#if defined(__CUDACC__)
     __shared__ __align__(16) unsigned char raw[sizeof(Batch)];
     Batch& b = *reinterpret_cast<Batch*>(raw);
     const BlockRef blk = this_block();
+#else
+    // (the emulation poisons static __shared__ arrays before every task in test mode; the batch
+    // outlives the tasks, so it is the block's scratch memory: runtime/simt_cpu_block.h)
+    const BlockRef blk = this_block();
+    Batch& b = *static_cast<Batch*>(simt::block_scratch(blk, sizeof(Batch)));
+#endif
     const bool leader = threadIdx.x == 0;
     const bool test_mode = st.cfg.test_mode != 0;
     if (leader) {

@@ -33,6 +33,9 @@ namespace cuda {
 
 // The persistent kernel. __launch_bounds__: at most 256 threads (the worker block), one CTA per
 // SM wanted, so the compiler may give each thread up to 255 registers (no spills in the tasks).
+// (The executor, not a task kernel: the real blockIdx, which runtime/simt.h refuses to tasks.)
+#pragma push_macro("blockIdx")
+#undef blockIdx
 template <class D> __global__ void __launch_bounds__(256, 1) persistent_kernel(exec::State* st) {
     const int32_t W = st->cfg.num_workers;
     if (int32_t(blockIdx.x) < W) {
@@ -42,6 +45,7 @@ template <class D> __global__ void __launch_bounds__(256, 1) persistent_kernel(e
     const int32_t s = (int32_t(blockIdx.x) - W) * int32_t(blockDim.x / 32) + int32_t(threadIdx.x / 32);
     if (threadIdx.x % 32 == 0 && s < st->cfg.num_local_schedulers) exec::scheduler_loop(*st, s);
 }
+#pragma pop_macro("blockIdx")
 
 struct Kernel {
     MpkConfig cfg{};

@@ -3,7 +3,7 @@
 // A task kernel is a device function run by every thread of one worker block:
 //     template <typename T> __device__ void rmsnorm_task(const mpk::TaskView& v);
 // It uses CUDA as written for a GPU: threadIdx.x / blockDim.x (a multiple of 32, the worker
-// block's size; blockIdx is always 0 inside a task), __syncthreads(), the *_sync warp
+// block's size; blockIdx and gridDim are refused at compile time, below), __syncthreads(), the *_sync warp
 // functions, static __shared__ arrays, and the block's dynamic shared memory through ONE
 // accessor, mpk::smem<T>(byte_offset, count) (mpk::smem_bytes() in all).
 //   nvcc:      the CUDA builtins themselves; MPK_RUN_TASK(v, fn) is fn(v), called by every
@@ -46,3 +46,27 @@ template <typename T> MPK_DEVICE MPK_INLINE T* smem(size_t byte_offset, size_t /
 #include "simt_cpu.h"
 #define MPK_DISPATCH inline
 #endif
+
+// blockIdx and gridDim are refused in task kernels, at compile time on both backends: a persistent
+// worker block runs many tasks, one after another, so its block index says which worker it is,
+// not which tile (an fp8 kernel of MPK once took blockIdx.x as its batch row). A task's work
+// is in its view: v.in_tile / v.out_tile, v.iparam. Using either is a static_assert naming this
+// reason, with the kernel's line in the compiler's "required from here". Code that is not a task
+// kernel and needs the real ones (the CUDA driver's worker id, runtime/host_cuda.h) brackets them
+// with #pragma push_macro("blockIdx") / #undef blockIdx / #pragma pop_macro("blockIdx").
+namespace mpk {
+namespace refused {
+template <int kLine> MPK_HOST_DEVICE MPK_INLINE uint3 blockIdx_in_a_task_kernel() {
+    static_assert(kLine < 0, "task kernel reads blockIdx: a persistent worker runs many tasks on one block; "
+                             "use the task's tiles and iparams (docs/simt.md)");
+    return uint3{0, 0, 0};
+}
+template <int kLine> MPK_HOST_DEVICE MPK_INLINE uint3 gridDim_in_a_task_kernel() {
+    static_assert(kLine < 0, "task kernel reads gridDim: a persistent worker runs many tasks on one block; "
+                             "use the task's tiles and iparams (docs/simt.md)");
+    return uint3{1, 1, 1};
+}
+}  // namespace refused
+}  // namespace mpk
+#define blockIdx (::mpk::refused::blockIdx_in_a_task_kernel<__LINE__>())
+#define gridDim (::mpk::refused::gridDim_in_a_task_kernel<__LINE__>())

@@ -30,11 +30,15 @@ struct TaskView {
     int32_t smem_bytes = 0;     // its dynamic shared memory (MpkConfig::smem_bytes)
     uint64_t simt_seed = 0;     // seeds the emulation's thread order for this task and pass
     bool on_block = false;      // the executor's worker block runs it (MPK_RUN_TASK starts no block)
-    // CPU emulation only (ignored under nvcc): a kernel-level re-run (mpk_run_task) watches these
-    // bytes of an output and gets the linear index of the thread that last changed them (-1: none).
+#if !defined(__CUDACC__)
+    // The CPU backend's write-watch (docs/simt.md, Debugging): when the emulation runs this task
+    // as its own block (MPK_RUN_TASK outside a worker block) with watch_addr set, it stores into
+    // *watch_thread the linear thread index of the last thread during whose run segment the
+    // watch_bytes at watch_addr changed (-1: none). Not under nvcc.
     const void* watch_addr = nullptr;
     size_t watch_bytes = 0;
     int32_t* watch_thread = nullptr;
+#endif
 
     template <typename T> MPK_HOST_DEVICE T* in(int i) const { return static_cast<T*>(ptrs[i]); }
     template <typename T> MPK_HOST_DEVICE T* out(int j) const {

@@ -3,8 +3,11 @@
 # the ucontext fallback, ThreadSanitizer, AddressSanitizer+UBSan, and the aarch64 switch under
 # qemu-user when aarch64-linux-gnu-g++ and qemu-aarch64 are installed (else skipped). Under TSan the
 # missing-barrier control must be a TSan report and its fixed kernel clean; under ASan a raw
-# shared-memory overflow and a global-memory overflow must be ASan reports.
-# Usage: tests/csrc/run_simt_tests.sh [plain|ucontext|thread|address|aarch64 ...]   (default: all)
+# shared-memory overflow and a global-memory overflow must be ASan reports. Plain also runs the
+# static __shared__ poison's negative control (built with -DMPK_SIMT_STATIC_POISON=0, its test must
+# fail); refuse checks that a task kernel reading blockIdx / gridDim does not compile with g++
+# (tests/csrc/refuse_blockidx.cu; nvcc: tests/unit/test_nvcc.py).
+# Usage: tests/csrc/run_simt_tests.sh [plain|ucontext|thread|address|refuse|aarch64 ...]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="${TMPDIR:-/tmp}/mpk_simt_tests"
@@ -25,7 +28,7 @@ expect() {
   echo "PASS $name: exit $rc${pattern:+, '$pattern' found}"
 }
 
-for mode in "${@:-plain ucontext thread address aarch64}"; do
+for mode in "${@:-plain ucontext thread address refuse aarch64}"; do
   for m in $mode; do
     case "$m" in
       plain)    flags=() ;;
@@ -41,7 +44,15 @@ for mode in "${@:-plain ucontext thread address aarch64}"; do
         aarch64-linux-gnu-g++ "${base[@]:1}" -o "$out/test_simt_aarch64"
         qemu-aarch64 -L /usr/aarch64-linux-gnu "$out/test_simt_aarch64"
         continue ;;
-      *) echo "unknown mode $m (plain|ucontext|thread|address|aarch64)" >&2; exit 2 ;;
+      refuse)
+        echo "== refuse: g++ -fsyntax-only tests/csrc/refuse_blockidx.cu, reading blockIdx / gridDim / neither"
+        gxx=(g++ -std=c++17 -x c++ -fsyntax-only -Icsrc tests/csrc/refuse_blockidx.cu)
+        expect refuse-blockIdx 1 "static assertion failed: task kernel reads blockIdx: a persistent worker runs many tasks on one block; use the task's tiles and iparams" "" -- "${gxx[@]}" -DMPK_READ=1
+        expect refuse-blockIdx-line 1 "refuse_blockidx.cu:15:.*required from here" "" -- "${gxx[@]}" -DMPK_READ=1
+        expect refuse-gridDim 1 "static assertion failed: task kernel reads gridDim" "" -- "${gxx[@]}" -DMPK_READ=2
+        expect refuse-control 0 "" "error" -- "${gxx[@]}" -DMPK_READ=0
+        continue ;;
+      *) echo "unknown mode $m (plain|ucontext|thread|address|refuse|aarch64)" >&2; exit 2 ;;
     esac
     echo "== $m: ${base[*]} ${flags[*]}"
     "${base[@]}" "${flags[@]}" -o "$out/test_simt_$m"
@@ -60,6 +71,12 @@ for mode in "${@:-plain ucontext thread address aarch64}"; do
         ASAN_OPTIONS="detect_leaks=1" "$bin"
         expect asan-smem 1 "ERROR: AddressSanitizer: heap-buffer-overflow" "asan-smem: no report" -- "$bin" asan-smem
         expect asan-global 1 "ERROR: AddressSanitizer: heap-buffer-overflow" "asan-global: no report" -- "$bin" asan-global ;;
+      plain)
+        "$bin"
+        "${base[@]}" -DMPK_SIMT_STATIC_POISON=0 -o "$out/test_simt_nopoison"
+        expect static-poison-off 1 "static __shared__ read in task 2 of a worker block: threadIdx.x 0 saw 0x000003e8" "" -- \
+          "$out/test_simt_nopoison" static-poison
+        expect static-poison-on 0 "static-poison: 0 failure(s)" "" -- "$bin" static-poison ;;
       *)
         "$bin" ;;
     esac

@@ -347,9 +347,10 @@ static bool test_wait(const TaskView& v, const int64_t* counter, int64_t needed,
         std::this_thread::yield();
     }
     if (v.rank == ctx.slow) {
-        thread_local uint64_t rng = 1;
-        rng = mix(rng);
-        std::this_thread::sleep_for(std::chrono::microseconds(rng % 300));
+        // (not thread_local: the emulation poisons its module's thread-locals, docs/simt.md)
+        static std::atomic<uint64_t> rng{1};
+        const uint64_t r = mix(rng.fetch_add(1));
+        std::this_thread::sleep_for(std::chrono::microseconds(r % 300));
     }
     return true;
 }

@@ -25,7 +25,7 @@
 // ---- fake kernels
 
 namespace fake {
-enum Variant { SUM = 0, MODEL = 1, THROW = 2, PEER = 3, PROBE = 4, SPIN = 5, PAIR = 6, SMEM = 7 };
+enum Variant { SUM = 0, MODEL = 1, THROW = 2, PEER = 3, PROBE = 4, SPIN = 5, PAIR = 6, SMEM = 7, STATIC_SMEM = 8 };
 constexpr int kRow = 32;      // int64 entries per MODEL log row
 constexpr int kMaxRows = 16;
 
@@ -76,6 +76,14 @@ inline void smem_stale(const mpk::TaskView& v) {
     if (threadIdx.x == 0) *v.out<uint64_t>(0) = uint64_t(stale);
 }
 
+// STATIC_SMEM: the same through a static __shared__ array (the emulation poisons those too).
+inline void static_smem_stale(const mpk::TaskView& v) {
+    __shared__ uint32_t words[1024];
+    const int stale = __syncthreads_count(words[threadIdx.x] != 0xFFFFFFFFu);
+    words[threadIdx.x] = uint32_t(v.iparam(1));
+    if (threadIdx.x == 0) *v.out<uint64_t>(0) = uint64_t(stale);
+}
+
 // PROBE and SPIN see the handle under test (a test-harness global; the runtime has none).
 void probe(const mpk::TaskView& v);
 void spin(const mpk::TaskView& v);
@@ -95,6 +103,7 @@ inline bool execute_task(const mpk::TaskView& v) {
     case fake::SPIN: if (leader) fake::spin(v); return true;
     case fake::PAIR: if (leader) fake::pair(v); return true;
     case fake::SMEM: fake::smem_stale(v); return true;
+    case fake::STATIC_SMEM: fake::static_smem_stale(v); return true;
     default: return false;
     }
 }
@@ -1007,33 +1016,39 @@ static void test_task_record_and_in_order() {
            g_failures == before ? "PASS" : "FAIL");
 }
 
-// Test mode: every task finds the worker block's dynamic shared memory poisoned, as a fresh block
-// does, though the tasks before it on the same block wrote it (runtime/executor.cuh, end_task;
-// the emulation refills it as the barrier after a task completes). Negative control: outside test
-// mode the second task on the block sees the first one's words.
+// Test mode: every task finds the worker block's dynamic shared memory and its static __shared__
+// arrays poisoned, as a fresh block does, though the tasks before it on the same block wrote them
+// (runtime/executor.cuh, end_task; the emulation refills them as the barrier after a task
+// completes), on worker blocks of 32, 128 and 256 threads. Negative control: outside test mode the
+// second task on the block sees the first one's words.
 static void test_smem_poisoned_between_tasks() {
     const int before = g_failures;
+    for (const int kind : {int(fake::SMEM), int(fake::STATIC_SMEM)})
+    for (const int threads : {32, 128, 256})
     for (int test_mode = 1; test_mode >= 0; --test_mode) {
         Graph g;  // a chain of SMEM tasks with a SUM between two of them (no shared memory taken)
-        g.add({}, fake::SMEM);
-        g.add({1}, fake::SMEM);
+        g.add({}, kind);
+        g.add({1}, kind);
         g.add({2}, fake::SUM);
-        g.add({3}, fake::SMEM);
+        g.add({3}, kind);
         MpkConfig c = default_config();
         c.num_workers = 1;
         c.test_mode = test_mode;
+        c.worker_threads = threads;
         c.smem_bytes = 4 * c.worker_threads;
         Instance in(g, c);
         CHECK(in.init(), "%s", in.init_error.c_str());
         CHECK(in.launch() == MPK_OK, "smem test_mode %d: %s", test_mode, in.message().c_str());
         const uint64_t later = test_mode ? 0 : uint64_t(c.worker_threads);  // the block's first task: 0 either way
         CHECK(in.values[1] == 0 && in.values[2] == later && in.values[4] == later,
-              "test_mode %d: stale shared-memory words seen by tasks 1, 2, 4: %llu, %llu, %llu (expected 0, %llu, %llu)",
-              test_mode, (unsigned long long)in.values[1], (unsigned long long)in.values[2],
+              "%s, %d threads, test_mode %d: stale shared-memory words seen by tasks 1, 2, 4: %llu, %llu, %llu "
+              "(expected 0, %llu, %llu)",
+              kind == fake::SMEM ? "dynamic" : "static __shared__", threads, test_mode, (unsigned long long)in.values[1], (unsigned long long)in.values[2],
               (unsigned long long)in.values[4], (unsigned long long)later, (unsigned long long)later);
     }
-    printf("shared memory between tasks on one block: poisoned in test mode (0 stale words), the previous "
-           "task's words otherwise (the control) %s\n", g_failures == before ? "PASS" : "FAIL");
+    printf("shared memory (dynamic and static __shared__) between tasks on one block of 32, 128 and 256 threads: "
+           "poisoned in test mode (0 stale words), the previous task's words otherwise (the control) %s\n",
+           g_failures == before ? "PASS" : "FAIL");
 }
 
 // The scheduler ring's capacity comes from the graph; a push that finds it full is a named error.

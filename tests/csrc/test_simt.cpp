@@ -9,7 +9,7 @@
 // Run:  bash tests/csrc/run_simt_tests.sh                 (plain, TSan, ASan+UBSan, ucontext)
 // One:  g++ -std=c++17 -O2 -pthread -Icsrc tests/csrc/test_simt.cpp -o /tmp/t && /tmp/t
 // Modes for the sanitizer controls (one kernel, then exit): /tmp/t tsan-race | tsan-race2 |
-//       tsan-clean | asan-smem | asan-global
+//       tsan-clean | static-poison | asan-smem | asan-global
 #include "runtime/simt.h"
 #include "tasks/common.cuh"
 
@@ -66,21 +66,21 @@ static void test_indices() {
         std::vector<int> seen(threads, 0);
         std::vector<unsigned> dims(threads, 0);
         run_block(Block{threads, 0, 3}, [&] {
-            seen[threadIdx.x] += 1 + int(threadIdx.y + threadIdx.z + blockIdx.x + blockIdx.y + blockIdx.z);
-            dims[threadIdx.x] = blockDim.x * 1000000 + blockDim.y * 10000 + blockDim.z * 100 + gridDim.x + gridDim.y +
-                                gridDim.z + unsigned(warpSize) - 32;
+            seen[threadIdx.x] += 1 + int(threadIdx.y + threadIdx.z);
+            dims[threadIdx.x] = blockDim.x * 1000000 + blockDim.y * 10000 + blockDim.z * 100 + 3 + unsigned(warpSize) - 32;
         });
         for (int t = 0; t < threads; ++t) {
-            CHECK(seen[t] == 1, "threads %d: thread %d ran %d times (or y/z/blockIdx nonzero)", threads, t, seen[t]);
+            CHECK(seen[t] == 1, "threads %d: thread %d ran %d times (or y/z nonzero)", threads, t, seen[t]);
             CHECK(dims[t] == unsigned(threads) * 1000000 + 10000 + 100 + 3, "threads %d: dims %u", threads, dims[t]);
         }
     }
-    report("indices: threadIdx/blockDim/blockIdx/gridDim", before);
+    report("indices: threadIdx/blockDim (blockIdx/gridDim: refused)", before);
 }
 
 static void test_barriers() {
     const int before = g_failures;
-    const int n = 256, gens = 500;
+    for (const int n : {128, 256}) {
+    const int gens = 500;
     std::vector<int> bad(n, 0), counts(n), ands(n), ors(n);
     run_block(Block{n, n * sizeof(int), 11}, [&] {
         int* s = mpk::smem<int>(0, n);
@@ -94,17 +94,18 @@ static void test_barriers() {
         }
         counts[t] = __syncthreads_count(t % 3 == 0);
         ands[t] = __syncthreads_and(t >= 0) * 2 + __syncthreads_and(t != 5);
-        ors[t] = __syncthreads_or(t == 200) * 2 + __syncthreads_or(0);
+        ors[t] = __syncthreads_or(t == n - 56) * 2 + __syncthreads_or(0);
     });
     int wrong = 0;
     for (int t = 0; t < n; ++t) wrong += bad[t];
-    CHECK(wrong == 0, "%d stale reads over %d barrier generations", wrong, gens);
+    CHECK(wrong == 0, "%d threads: %d stale reads over %d barrier generations", n, wrong, gens);
     for (int t = 0; t < n; ++t) {
-        CHECK(counts[t] == 86, "__syncthreads_count = %d, expected 86", counts[t]);
-        CHECK(ands[t] == 2, "__syncthreads_and pair = %d, expected 2", ands[t]);
-        CHECK(ors[t] == 2, "__syncthreads_or pair = %d, expected 2", ors[t]);
+        CHECK(counts[t] == (n + 2) / 3, "%d threads: __syncthreads_count = %d, expected %d", n, counts[t], (n + 2) / 3);
+        CHECK(ands[t] == 2, "%d threads: __syncthreads_and pair = %d, expected 2", n, ands[t]);
+        CHECK(ors[t] == 2, "%d threads: __syncthreads_or pair = %d, expected 2", n, ors[t]);
     }
-    report("barriers: 1000 generations, _count/_and/_or", before);
+    }
+    report("barriers: 1000 generations, _count/_and/_or, 128 and 256", before);
 }
 
 // ---- shuffles against CUDA's definitions (CUDA C++ Programming Guide, warp shuffle functions)
@@ -389,6 +390,204 @@ static void test_static_shared_and_types() {
     const float4 v = make_float4(1, 2, 3, 4);
     CHECK(v.w == 4 && make_int2(3, 4).y == 4, "make_*");
     report("static __shared__, vector types, bf16/fp16", before);
+}
+
+
+// ---- every block size: 32 to 1024 threads in steps of 32
+
+static void test_block_sizes() {
+    const int before = g_failures;
+    for (int n = 32; n <= 1024; n += 32) {
+        std::vector<int> ran(n, 0), counts(n);
+        std::vector<float> xs(n), sums(n);
+        std::vector<unsigned> ballots(n), reds(n);
+        run_block(Block{n, 1024 * sizeof(float), uint64_t(n)}, [&] {
+            const int t = threadIdx.x;
+            ran[t] += 1;
+            xs[t] = __shfl_xor_sync(0xFFFFFFFFu, float(t), 1);
+            ballots[t] = __ballot_sync(0xFFFFFFFFu, t & 1);
+            reds[t] = __reduce_add_sync(0xFFFFFFFFu, unsigned(t));
+            counts[t] = __syncthreads_count(t % 5 == 0);
+            sums[t] = mpk::block_sum(float(t), 0);  // barriers, shuffles and blockDim.x / 32 partials
+        });
+        int bad = 0;
+        for (int t = 0; t < n; ++t) {
+            const unsigned w0 = unsigned(t / 32 * 32);
+            bad += ran[t] != 1 || xs[t] != float(t ^ 1) || ballots[t] != 0xAAAAAAAAu || reds[t] != 32 * w0 + 496 ||
+                   counts[t] != (n + 4) / 5 || sums[t] != float(n * (n - 1) / 2);
+        }
+        CHECK(bad == 0, "%d threads: %d threads saw a wrong index, shuffle, ballot, reduce, count or block_sum", n, bad);
+    }
+    // the checks name the block's size at 256 as at 128
+    const std::string e = error_of(Block{256, 0, 1}, [] {
+        if (threadIdx.x < 128) __syncthreads();
+    });
+    CHECK(has(e, "reached by 128 of 256 threads, 128 exited"), "divergent barrier at 256: '%s'", e.c_str());
+    const std::string e2 = error_of(Block{1056, 0, 1}, [] {});
+    CHECK(has(e2, "1056 threads; a block has a multiple of 32 threads, at most 1024"), "1056 threads: '%s'", e2.c_str());
+    report("block sizes 32..1024 step 32; 256's messages", before);
+}
+
+// ---- static __shared__ poison
+
+// Task 1 (write) fills a static __shared__ array; task 2 (read) reads it without writing.
+__device__ void static_slot_task(bool write, uint32_t* out) {
+    __shared__ uint32_t slot[1024];
+    const int t = threadIdx.x;
+    if (write) slot[t] = 1000u + unsigned(t);
+    __syncthreads();
+    if (!write) out[t] = slot[t];
+    __syncthreads();
+}
+
+// Returns the failures. The executor's way (runtime/executor.cuh): tasks one after another on one
+// worker block, task_barrier(blk, poison) between them, its own state in block_scratch.
+static int check_static_poison() {
+    const int before = g_failures;
+    for (const int n : {128, 256}) {
+        std::vector<uint32_t> out(n, 0), kept(n, 0), plain(n, 0), fresh(n, 0);
+        run_block(Block{n, 256, 7}, [&] {
+            const mpk::simt::BlockRef blk = mpk::simt::this_block();
+            uint32_t* keep = static_cast<uint32_t*>(mpk::simt::block_scratch(blk, 64));
+            if (threadIdx.x == 0) *keep = 42;
+            static_slot_task(true, out.data());
+            mpk::simt::task_barrier(blk, true);
+            static_slot_task(false, out.data());
+            mpk::simt::task_barrier(blk, true);
+            kept[threadIdx.x] = *keep;
+            static_slot_task(true, plain.data());  // without the poison: the block keeps its values
+            mpk::simt::task_barrier(blk, false);
+            static_slot_task(false, plain.data());
+        });
+        run_block(Block{n, 0, 8}, [&] { static_slot_task(true, fresh.data()); });
+        run_block(Block{n, 0, 9}, [&] { static_slot_task(false, fresh.data()); });
+        for (int t = 0; t < n; ++t) {
+            CHECK(out[t] == 0xFFFFFFFFu,
+                  "%d threads: static __shared__ read in task 2 of a worker block: threadIdx.x %d saw 0x%08x "
+                  "(task 1 wrote 0x%08x), not the poison 0xffffffff",
+                  n, t, out[t], 1000u + unsigned(t));
+            CHECK(fresh[t] == 0xFFFFFFFFu,
+                  "%d threads: static __shared__ read in a new block: threadIdx.x %d saw 0x%08x, not the poison", n, t,
+                  fresh[t]);
+            CHECK(kept[t] == 42, "%d threads: block_scratch lost its value across a poisoning task_barrier: %u", n, kept[t]);
+            CHECK(plain[t] == 1000u + unsigned(t), "%d threads: without poison, task 2 saw 0x%08x", n, plain[t]);
+        }
+    }
+    return g_failures - before;
+}
+static void test_static_poison() {
+    const int before = g_failures;
+    check_static_poison();
+    // the assumption itself: a static __shared__ array lies inside the TLS block the poison fills,
+    // outside the emulation's own state
+    uintptr_t lo = 0, hi = 0, arr = 0, skip_lo = 0, skip_hi = 0;
+    run_block(Block{32, 0, 1}, [&] {
+        __shared__ float probe[300];
+        const mpk::simt::BlockRef blk = mpk::simt::this_block();
+        if (threadIdx.x == 0) {
+            lo = uintptr_t(blk->tls_lo), hi = uintptr_t(blk->tls_hi), arr = uintptr_t(probe);
+            skip_lo = uintptr_t(blk->tls_skip_lo), skip_hi = uintptr_t(blk->tls_skip_hi);
+        }
+    });
+    CHECK(lo && arr >= lo && arr + sizeof(float) * 300 <= hi && (arr + sizeof(float) * 300 <= skip_lo || arr >= skip_hi),
+          "a static __shared__ array at %#lx..%#lx is not in the poisoned TLS block [%#lx, %#lx) less [%#lx, %#lx)",
+          (unsigned long)arr, (unsigned long)(arr + 1200), (unsigned long)lo, (unsigned long)hi,
+          (unsigned long)skip_lo, (unsigned long)skip_hi);
+    // the layout check refuses what the poison cannot handle (and accepts the real one)
+    using mpk::simt::detail::TlsQuery;
+    using mpk::simt::detail::tls_layout_error;
+    alignas(64) static char fake[256];
+    CHECK(tls_layout_error(TlsQuery{0, true, fake, 256}, fake + 64, 24).empty(), "a good layout refused");
+    const std::string e1 = tls_layout_error(TlsQuery{0, true, fake, 64}, fake + 48, 24);
+    const std::string e2 = tls_layout_error(TlsQuery{0, false, nullptr, 0}, fake, 24);
+    const std::string e3 = tls_layout_error(TlsQuery{0, true, fake + 128, 64}, fake, 24);
+    CHECK(has(e1, "cannot find this module's thread-local storage as it expects (module found, TLS block") &&
+              has(e1, "of 64 bytes") && has(e1, "simt_cpu_tls.h:"),
+          "state past the block's end: '%s'", e1.c_str());
+    CHECK(has(e2, "(module not found"), "module not found: '%s'", e2.c_str());
+    CHECK(!e3.empty(), "state before the block accepted");
+    report("static __shared__ poison: task and block start", before);
+}
+
+// ---- MPK_SIMT_SERIAL=1: one thread at a time, in threadIdx order
+
+static void test_serial() {
+    const int before = g_failures;
+    for (const int n : {128, 256}) {
+        auto run = [n](uint64_t seed) {
+            std::vector<int> log(3 * n, -1);
+            int next[3] = {0, 0, 0};
+            run_block(Block{n, 0, seed}, [&] {
+                const int t = threadIdx.x;
+                log[atomicAdd(&next[0], 1)] = t;  // until the shuffle
+                const int x = __shfl_xor_sync(0xFFFFFFFFu, t, 1);
+                log[n + atomicAdd(&next[1], 1)] = x ^ 1;  // until the barrier
+                __syncthreads();
+                log[2 * n + atomicAdd(&next[2], 1)] = t;
+            });
+            return log;
+        };
+        std::vector<int> in_order(3 * n);
+        for (int i = 0; i < 3 * n; ++i) in_order[i] = i % n;
+        const std::vector<int> random = run(3);
+        setenv("MPK_SIMT_SERIAL", "1", 1);
+        const std::vector<int> a = run(3), b = run(4);
+        unsetenv("MPK_SIMT_SERIAL");
+        CHECK(a == in_order && b == in_order, "%d threads, MPK_SIMT_SERIAL=1: not thread order (seed 3 starts %d %d %d)", n,
+              a[0], a[1], a[2]);
+        CHECK(random != in_order, "%d threads without MPK_SIMT_SERIAL: thread order (the check proves nothing)", n);
+    }
+    report("MPK_SIMT_SERIAL=1: threadIdx order, 128 and 256", before);
+}
+
+// ---- the write-watch (Block::watch_addr, TaskView::watch_addr)
+
+__device__ void watch_task(const mpk::TaskView& v) {
+    float* o = static_cast<float*>(v.ptrs[0]);
+    const int t = threadIdx.x;
+    o[t] = float(t);   // every thread its own element
+    __syncthreads();
+    if (t == 37) o[200] = -1.0f;  // element 200, written by thread 200 above, then by 37
+}
+
+static void test_watch() {
+    const int before = g_failures;
+    for (const int n : {128, 256}) {
+        const int last = n == 128 ? 37 : 200;
+        float target = 0;
+        int32_t who = -2;
+        run_block(Block{n, 0, 5, &target, sizeof target, &who}, [&] {
+            const int t = threadIdx.x;
+            if (t == 5) target = 1;
+            __syncthreads();
+            if (t == last) target = 2;
+            __syncthreads();
+            if (t == 9) target = 2;  // the same value: no change, not a write the watch sees
+        });
+        CHECK(who == last, "%d threads: the watch says thread %d wrote last, not %d", n, who, last);
+        float untouched = 0;
+        who = -2;
+        run_block(Block{n, 0, 5, &untouched, sizeof untouched, &who}, [&] { __syncthreads(); });
+        CHECK(who == -1, "%d threads: nothing written, the watch says %d", n, who);
+    }
+    // through a task view and MPK_RUN_TASK (the kernel-level harness's way)
+    std::vector<float> out(256, 0);
+    int32_t who = -2;
+    mpk::TaskView v{};
+    v.ptrs[0] = out.data();
+    v.block_threads = 256;
+    v.simt_seed = 11;
+    v.watch_addr = &out[200];
+    v.watch_bytes = sizeof(float);
+    v.watch_thread = &who;
+    MPK_RUN_TASK(v, watch_task);
+    CHECK(who == 37 && out[200] == -1.0f, "MPK_RUN_TASK watch: thread %d (warp %d lane %d), value %f", who, who / 32,
+          who % 32, out[200]);
+    out.assign(256, 0.0f);  // (a write of the value already there is no change)
+    v.watch_addr = &out[100];
+    MPK_RUN_TASK(v, watch_task);
+    CHECK(who == 100, "MPK_RUN_TASK watch of element 100: thread %d", who);
+    report("write-watch: the last writer's thread, 128 and 256", before);
 }
 
 // ---- atomics, __nanosleep
@@ -703,6 +902,12 @@ static int sanitizer_mode(const std::string& mode) {
         printf("%s: ran\n", mode.c_str());
         return 0;
     }
+    // the static __shared__ poison alone; built with -DMPK_SIMT_STATIC_POISON=0 it must fail
+    if (mode == "static-poison") {
+        const int failures = check_static_poison();
+        printf("static-poison: %d failure(s)\n", failures);
+        return failures ? 1 : 0;
+    }
     if (mode == "asan-smem") {
         run_block(Block{128, 512, 1}, [&] {
             float* s = mpk::smem<float>(0, blockDim.x);
@@ -718,7 +923,7 @@ static int sanitizer_mode(const std::string& mode) {
         printf("asan-global: no report\n");
         return 0;
     }
-    fprintf(stderr, "unknown mode %s (tsan-race|tsan-race2|tsan-clean|asan-smem|asan-global)\n", mode.c_str());
+    fprintf(stderr, "unknown mode %s (tsan-race|tsan-race2|tsan-clean|static-poison|asan-smem|asan-global)\n", mode.c_str());
     return 2;
 }
 
@@ -735,6 +940,10 @@ int main(int argc, char** argv) {
     test_common_sums();
     test_smem();
     test_static_shared_and_types();
+    test_block_sizes();
+    test_static_poison();
+    test_serial();
+    test_watch();
     test_atomics_and_yield();
     test_errors();
     test_os_threads();

@@ -4,7 +4,8 @@ The runtime test also runs under ThreadSanitizer and AddressSanitizer+UBSan, and
 2-slot queues (the blocking-push path); each build prints one line per check. The SIMT test
 (csrc/runtime/simt_cpu.h; docs/simt.md) runs plain, with the ucontext switch, under TSan (a
 missing barrier must be a TSan report, its fixed kernel clean) and under ASan+UBSan (raw
-shared/global overflows must be ASan reports).
+shared/global overflows must be ASan reports); plain also runs the static __shared__ poison's negative
+control, and refuse checks that a task kernel reading blockIdx / gridDim does not compile.
 """
 import os
 import subprocess
@@ -36,10 +37,15 @@ def test_cpu_kernels():
     assert "All kernel checks passed" in out
 
 
-@pytest.mark.parametrize("mode", ["plain", "ucontext", "thread", "address"])
+@pytest.mark.parametrize("mode", ["plain", "ucontext", "thread", "address", "refuse"])
 def test_simt_emulation(mode):
     out = _run("run_simt_tests.sh", mode)
+    if mode == "refuse":   # blockIdx / gridDim in a task kernel do not compile (refuse_blockidx.cu)
+        assert out.count("PASS refuse-") == 4
+        return
     assert "All simt tests passed: 0 failure(s)" in out
+    if mode == "plain":    # the static __shared__ poison's negative control fails without it
+        assert "PASS static-poison-off" in out and "PASS static-poison-on" in out
     assert "runtime error:" not in out      # UBSan
     if mode == "thread":   # the suite is report-free; the controls' reports are checked by the script
         assert out.count("PASS tsan-") == 3

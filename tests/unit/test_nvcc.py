@@ -11,6 +11,7 @@ they are CUDA that nvcc accepts, and holds each kernel to a resource budget read
 local-memory traffic in a hot loop), and it prints registers and shared memory per kernel.
 Skips, saying so, where nvcc is absent. Run: pytest tests/unit/test_nvcc.py -s
 """
+import os
 import re
 import shutil
 import subprocess
@@ -168,3 +169,28 @@ def test_generated_module_links_and_names_the_missing_gpu(tmp_path):
     with pytest.raises(MPKRuntimeError, match=want) as e:
         pk._start(str(so), graph, variants)
     print(f"NVCC module.so ({so.stat().st_size} bytes) without a GPU: {e.value}")
+
+
+@pytest.mark.parametrize("read, name, line", [(1, "blockIdx", 15), (2, "gridDim", 17)])
+def test_task_kernel_reading_block_index_is_refused(tmp_path, read, name, line):
+    """A task kernel reading blockIdx / gridDim does not compile under nvcc either (runtime/simt.h): the
+    static_assert's reason and the kernel's line (tests/csrc/refuse_blockidx.cu). The control, the same
+    kernel without the read, compiles, and so does the executor's own blockIdx (runtime/host_cuda.h,
+    in the generated-module tests above)."""
+    src = "tests/csrc/refuse_blockidx.cu"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def compile_with(value: int) -> subprocess.CompletedProcess:
+        cmd = [NVCC, "-std=c++17", "-x", "cu", "-c", *gencode(["sm_90a"]), "-I", build.csrc_dir(),
+               f"-DMPK_READ={value}", f"{root}/{src}", "-o", str(tmp_path / "refused.o")]
+        print("$", " ".join(cmd))
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+    bad = compile_with(read)
+    assert bad.returncode != 0, f"nvcc compiled a task kernel that reads {name}"
+    text = bad.stdout + bad.stderr
+    assert (f'static assertion failed with "task kernel reads {name}: a persistent worker runs many tasks '
+            f"on one block; use the task's tiles and iparams (docs/simt.md)\"") in text, text[-3000:]
+    assert f"at line {line} of {root}/{src}" in text, text[-3000:]
+    good = compile_with(0)
+    assert good.returncode == 0, f"the control did not compile:\n{good.stderr[-3000:]}"

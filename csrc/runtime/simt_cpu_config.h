@@ -1,0 +1,65 @@
+// simt_cpu_config.h: the emulation's build knobs: which sanitizer (MPK_SIMT_TSAN, MPK_SIMT_ASAN),
+// which context switch (MPK_SIMT_UCONTEXT) and the fiber stack size (MPK_SIMT_STACK_BYTES).
+// Part of runtime/simt_cpu.h (docs/simt.md).
+#pragma once
+#if defined(__CUDACC__)
+#error "runtime/simt_cpu_config.h is part of the host compiler's CUDA emulation (runtime/simt_cpu.h)"
+#endif
+
+
+#if defined(__SANITIZE_THREAD__)
+#define MPK_SIMT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define MPK_SIMT_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define MPK_SIMT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MPK_SIMT_ASAN 1
+#endif
+#endif
+#ifndef MPK_SIMT_TSAN
+#define MPK_SIMT_TSAN 0
+#endif
+// A fiber's entry and exit path never return; TSan must not record them as calls (its shadow
+// stack of a pooled fiber would grow by them at every block).
+#if MPK_SIMT_TSAN
+#define MPK_SIMT_NO_TSAN __attribute__((no_sanitize_thread))
+#else
+#define MPK_SIMT_NO_TSAN
+#endif
+#ifndef MPK_SIMT_ASAN
+#define MPK_SIMT_ASAN 0
+#endif
+
+// A hand-written switch (callee-saved registers and the stack pointer) on x86-64 SysV and
+// aarch64; ucontext elsewhere or with -DMPK_SIMT_UCONTEXT=1 (swapcontext makes a syscall per
+// switch: about 22x slower).
+#ifndef MPK_SIMT_UCONTEXT
+#if (defined(__x86_64__) || defined(__aarch64__)) && defined(__linux__)
+#define MPK_SIMT_UCONTEXT 0
+#else
+#define MPK_SIMT_UCONTEXT 1
+#endif
+#endif
+#if MPK_SIMT_UCONTEXT
+#include <ucontext.h>
+#endif
+
+// Fiber stack size (a guard page below each). Sanitizers need bigger frames.
+#ifndef MPK_SIMT_STACK_BYTES
+#if MPK_SIMT_TSAN || MPK_SIMT_ASAN
+#define MPK_SIMT_STACK_BYTES (256 * 1024)
+#else
+#define MPK_SIMT_STACK_BYTES (64 * 1024)
+#endif
+#endif
+
+// The static __shared__ poison (simt_cpu_tls.h). 0 only for the negative control of its test
+// (tests/csrc/run_simt_tests.sh, static-poison-off): a kernel then reads the previous task's values.
+#ifndef MPK_SIMT_STATIC_POISON
+#define MPK_SIMT_STATIC_POISON 1
+#endif
