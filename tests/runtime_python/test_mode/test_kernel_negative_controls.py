@@ -14,8 +14,8 @@ its layer module; nothing under mirage/ or csrc/ changes). bug="ok" is the posit
   4  syncwarp_mask,       synccheck     MPKRuntimeError, file:line           MPKRuntimeError, file:line
      exited_lanes
   5  uninit               initcheck     run.check: NaN (footprint passes)    mismatch: NaN
-     static_once          initcheck     nothing yet (xfail: static           mismatch if a worker runs a
-                                        __shared__ is not poisoned)          task before (0, 0, 0)
+     static_once          initcheck     run.check: NaN (static __shared__    mismatch: NaN (poisoned at
+                                        poisoned at block start)             every task start)
   6  out_of_tile          memcheck      MPKFootprintError (poison)           equal values: nothing;
                                                                              else only if the order is
                                                                              unlucky
@@ -24,8 +24,8 @@ its layer module; nothing under mirage/ or csrc/ changes). bug="ok" is the posit
                                                                              corruption): a subprocess
   8  halo_read            memcheck      MPKFootprintError (2 poisons)        nothing (alpha = 0)
 
-Three xfails name what is missing today (static __shared__ poison, a memory-safe test mode, the
-emulation's watch of the writing thread), a fourth (not strict) a race in test mode's error report.
+A mismatch names the thread that last wrote the first bad element (the emulation's write-watch).
+One xfail names what is missing today: a memory-safe test mode (case 7).
 
 Every caught message is printed (pytest -s shows them). Grid: 3 tasks of 2 rows of a [6, 160]
 fp32 tensor on 128 threads: two column chunks per row, the second ragged.
@@ -224,9 +224,6 @@ def test_5a_uninitialised_shared_memory_read():
     assert "Mismatched elements: 768 / 960" in msg and ": actual nan, expected " in msg, msg
 
 
-@pytest.mark.xfail(strict=True, reason="the CPU emulation ignores TaskView::watch_addr (mpk_run_task "
-                   "fills it, nothing in csrc/runtime reads it): KernelRun.check says 'no thread wrote "
-                   "element' even of an element a thread wrote")
 def test_5a_mismatch_names_the_writing_thread():
     with pytest.raises(AssertionError) as e:
         ks.run_kernel(x_random(), "uninit", GRID)
@@ -234,33 +231,24 @@ def test_5a_mismatch_names_the_writing_thread():
                      r"\(warp \d, lane \d+\)", str(e.value)), str(e.value)
 
 
-@pytest.mark.xfail(strict=True, reason="static __shared__ poison lands with the simt branch")
 def test_5b_static_shared_written_only_by_an_earlier_task():
-    """`two` is a static __shared__ set only by the task whose tile starts at row 0. run_tasks runs the
-    tasks in order on one thread, and static shared memory is not poisoned at a task's start: tasks
-    (1, 0, 0) and (2, 0, 0) read task (0, 0, 0)'s 2.0 and come out right. With the poison they read
-    NaN."""
+    """`two` is a static __shared__ set only by the task whose tile starts at row 0. Static shared memory
+    is poisoned at every block start (a kernel-level task is its own block) and every test-mode task
+    start (docs/simt.md), so tasks (1, 0, 0) and (2, 0, 0) read NaN, not task (0, 0, 0)'s 2.0."""
     with pytest.raises(AssertionError) as e:
         ks.run_kernel(x_random(), "static_once", GRID)
     msg = caught("5b static __shared__", "kernel level", e.value)
     assert "actual nan" in msg and "(1, 0, 0)" in msg, msg
 
 
-def test_5b_static_shared_today():
-    """What catches 5b now. Kernel level: nothing (the xfail above). Test mode: a worker block that
-    runs a task before, or without, task (0, 0, 0) reads its own never-set `two` (0: a worker
-    thread's fresh static) and writes zeros; whether one does is up to the schedule, so this
-    asserts only that the outcome is one of the two."""
-    run = ks.run_kernel(x_random(), "static_once", GRID)
-    not_caught("5b static __shared__", "kernel level", f"run_tasks and run.check pass over {run.coords}")
-    try:
-        ks.run_test_mode(x_random(), "static_once", GRID, JITTER)
-    except AssertionError as e:
-        msg = caught("5b static __shared__", "test mode", e)
-        mismatch_of(msg)
-        assert re.search(r": actual -?0, expected ", msg) and "(0, 0, 0):" not in msg, msg
-    else:
-        not_caught("5b static __shared__", "test mode", "each worker that ran a task had run (0, 0, 0) first")
+def test_5b_static_shared_in_test_mode():
+    """Test mode poisons static shared memory before every task on a worker block too, so the tasks
+    that do not set `two` read NaN whatever the schedule (before the poison, a worker that had run
+    task (0, 0, 0) first carried its 2.0 over and the case passed)."""
+    msg = raises_in_test_mode("5b static __shared__", "static_once", AssertionError)
+    mismatch_of(msg)
+    assert ": actual nan, expected " in msg and "(0, 0, 0):" not in msg, msg
+    assert "(1, 0, 0): 320/320" in msg and "(2, 0, 0): 320/320" in msg, msg
 
 
 # ---- 6, 7, 8: memory outside the task's tiles (memcheck)
