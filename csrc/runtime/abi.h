@@ -190,11 +190,12 @@ void mpk_finalize(void* handle);
 // thread (CPU: the SIMT emulation, its threads in the order `seed` draws; CUDA: one block of
 // mpk_execute_one, then a synchronize). No scheduler, no events, no meta-tensor pass; no launch may be
 // in flight on the handle. tensor_ptrs: num_tensors pointers for this run (NULL: mpk_init's). CPU only:
-// watch_addr/watch_bytes (NULL/0: none) name bytes whose last writer's linear thread index goes to
-// *watch_thread (-1: none wrote them). Returns MPK_OK, or MPK_INVALID / MPK_INTERNAL with the reason in
+// smem_fill is the byte the block's shared memory starts with (0xFF as in every block); watch_addr /
+// watch_bytes (NULL/0: none) name bytes whose last writer's linear thread index goes to *watch_thread
+// (-1: none wrote them). Returns MPK_OK, or MPK_INVALID / MPK_INTERNAL with the reason in
 // mpk_error_message.
-int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* const* tensor_ptrs, const void* watch_addr,
-                 int64_t watch_bytes, int32_t* watch_thread);
+int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* const* tensor_ptrs, int32_t smem_fill,
+                 const void* watch_addr, int64_t watch_bytes, int32_t* watch_thread);
 #ifdef __cplusplus
 }
 #endif

@@ -171,8 +171,8 @@ inline void run_task_signal(const TaskView&, int64_t* counter, int64_t value, in
 }  // namespace host
 }  // namespace mpk
 
-MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* const* tensor_ptrs, const void* watch_addr,
-                            int64_t watch_bytes, int32_t* watch_thread) {
+MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* const* tensor_ptrs, int32_t smem_fill,
+                            const void* watch_addr, int64_t watch_bytes, int32_t* watch_thread) {
     if (!handle) return MPK_INVALID;
     mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(handle);
     k.message.clear();
@@ -217,6 +217,7 @@ MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* cons
         v.watch_addr = watch_addr;
         v.watch_bytes = watch_bytes > 0 ? size_t(watch_bytes) : 0;
         v.watch_thread = watch_thread;
+        v.smem_fill = static_cast<unsigned char>(smem_fill);
         if (watch_thread) *watch_thread = -1;
         if (!mpk::GeneratedDispatch::run(v)) {
             k.message = "mpk_run_task: task " + std::to_string(pos) + " has variant " + std::to_string(t.variant) +
@@ -313,8 +314,8 @@ MPK_EXPORT int64_t mpk_iterations(void* handle) {
 // One task alone (abi.h: mpk_run_task): one block of mpk_execute_one (entry_cuda.h) on the legacy
 // default stream, then a synchronize. The view lives in device memory, as the executor's does; no
 // wait/signal (a cross-rank layer fails naming itself); the watch is the CPU emulation's only.
-MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* const* tensor_ptrs, const void*,
-                            int64_t, int32_t* watch_thread) {
+MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* const* tensor_ptrs, int32_t,
+                            const void*, int64_t, int32_t* watch_thread) {
     if (!handle) return MPK_INVALID;
     mpk::cuda::Kernel& k = *static_cast<mpk::cuda::Kernel*>(handle);
     if (watch_thread) *watch_thread = -1;

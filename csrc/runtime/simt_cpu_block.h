@@ -82,12 +82,12 @@ inline void run(const Block& b, void (*fn)(void*), void* arg) {
     }
     s.debug = s.serial || s.watch_addr;
 #if MPK_SIMT_STATIC_POISON
-    poison_static_shared(s);  // the static __shared__ arrays, as a fresh block finds them
+    poison_static_shared(s, b.smem_fill);  // the static __shared__ arrays, as a fresh block finds them
 #endif
     s.smem_bytes = b.smem_bytes;
     s.smem = p.arena_for(b.smem_bytes);
     s.smem_touched = false;
-    memset(s.smem, 0xFF, b.smem_bytes);  // poison: NaN as float, bf16 and fp16
+    memset(s.smem, b.smem_fill, b.smem_bytes);  // poison: 0xFF, NaN as float, bf16 and fp16
 #if !MPK_SIMT_ASAN
     memset(s.smem + b.smem_bytes, 0xA5, 64);  // canary: a raw write just past the end shows
 #endif

@@ -43,6 +43,10 @@ struct Block {
     const void* watch_addr = nullptr;
     size_t watch_bytes = 0;
     int32_t* watch_thread = nullptr;
+    // The byte a fresh block finds in its shared memory, static and dynamic: 0xFF (NaN in every float
+    // dtype); a kernel-level run's second poison uses another, so a read of shared memory the block
+    // never wrote changes the result (mirage/mpk/testing/kernel.py).
+    unsigned char smem_fill = 0xFF;
 };
 
 // Any SIMT violation in a block, thrown by run_block on the caller's stack.
@@ -54,7 +58,7 @@ public:
 template <class F> void run_block(const Block& b, F&& body);
 inline Block block_of(const TaskView& v) {
     return Block{v.block_threads, size_t(v.smem_bytes < 0 ? 0 : v.smem_bytes), v.simt_seed,
-                 v.watch_addr, v.watch_bytes, v.watch_thread};
+                 v.watch_addr, v.watch_bytes, v.watch_thread, v.smem_fill};
 }
 
 #pragma GCC visibility push(hidden)  // module-local: direct calls, no PLT, under -fPIC

@@ -70,12 +70,12 @@ inline void find_tls_block(Sched& s) {
     s.tls_hi = q.data + q.bytes;
 }
 
-// Every static __shared__ array of the module (every byte of its TLS block but tl) := 0xFF.
-inline void poison_static_shared(Sched& s) {
+// Every static __shared__ array of the module (every byte of its TLS block but tl) := fill (0xFF).
+inline void poison_static_shared(Sched& s, unsigned char fill = 0xFF) {
     if (__builtin_expect(!s.tls_lo, 0)) find_tls_block(s);
     // (a module without static __shared__ arrays: both empty, no call)
-    if (s.tls_skip_lo != s.tls_lo) memset(s.tls_lo, 0xFF, size_t(s.tls_skip_lo - s.tls_lo));
-    if (s.tls_hi != s.tls_skip_hi) memset(s.tls_skip_hi, 0xFF, size_t(s.tls_hi - s.tls_skip_hi));
+    if (s.tls_skip_lo != s.tls_lo) memset(s.tls_lo, fill, size_t(s.tls_skip_lo - s.tls_lo));
+    if (s.tls_hi != s.tls_skip_hi) memset(s.tls_skip_hi, fill, size_t(s.tls_hi - s.tls_skip_hi));
 }
 
 }  // namespace detail

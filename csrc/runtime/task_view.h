@@ -38,6 +38,7 @@ struct TaskView {
     const void* watch_addr = nullptr;
     size_t watch_bytes = 0;
     int32_t* watch_thread = nullptr;
+    unsigned char smem_fill = 0xFF;  // the byte a fresh block's shared memory holds (simt::Block::smem_fill)
 #endif
 
     template <typename T> MPK_HOST_DEVICE T* in(int i) const { return static_cast<T*>(ptrs[i]); }

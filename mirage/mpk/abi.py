@@ -84,7 +84,7 @@ def declare(lib: C.CDLL) -> None:
     lib.mpk_finalize.argtypes = [P]
     lib.mpk_finalize.restype = None
     lib.mpk_abort.argtypes = [P]
-    lib.mpk_run_task.argtypes = [P, C.c_int32, C.c_uint64, C.POINTER(C.c_void_p), P, C.c_int64,
+    lib.mpk_run_task.argtypes = [P, C.c_int32, C.c_uint64, C.POINTER(C.c_void_p), C.c_int32, P, C.c_int64,
                                  C.POINTER(C.c_int32)]
     if hasattr(lib, "mpk_launch_async"):       # CUDA modules: a launch on the caller's stream
         lib.mpk_launch_async.argtypes = [P, P]

@@ -184,15 +184,16 @@ class Runtime:
         return "\n".join(lines)
 
     def run_task(self, position: int, seed: int = 0, tensor_ptrs: list[int] | None = None,
-                 watch: tuple[int, int] | None = None) -> int:
+                 watch: tuple[int, int] | None = None, smem_fill: int = 0xFF) -> int:
         """One task alone on one block, on this thread (mpk_run_task: no scheduler, no events), on the
         tensors at `tensor_ptrs` (default: those mpk_init got). watch (CPU): (address, bytes) of memory
-        whose last writer's linear thread index is returned (-1: none wrote it). Raises MPKRuntimeError
+        whose last writer's linear thread index is returned (-1: none wrote it); smem_fill (CPU): the byte
+        the block's shared memory starts with. Raises MPKRuntimeError
         naming the task's layer and grid coordinate."""
         ptrs = (C.c_void_p * len(tensor_ptrs))(*tensor_ptrs) if tensor_ptrs is not None else None
         writer = C.c_int32(-1)
         address, size = watch or (0, 0)
-        status = self.lib.mpk_run_task(self.handle, position, seed, ptrs, address or None, size,
+        status = self.lib.mpk_run_task(self.handle, position, seed, ptrs, smem_fill, address or None, size,
                                        C.byref(writer))
         if status != abi.OK:
             raise MPKRuntimeError(self.name_tasks(self.error_message()))

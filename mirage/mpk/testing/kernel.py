@@ -45,6 +45,7 @@ from .tolerances import Tolerance
 # so that a value read from outside a tile changes the result whatever the kernel does with it.
 POISONS = ({1: 0xA5, **written.SENTINEL}, {n: int("41" * n, 16) for n in (1, 2, 4, 8)})
 RED_FILL = (0xA5, 0x41)           # the red zones' bytes with each poison
+SMEM_FILL = (0xFF, 0x41)          # the block's shared memory (static and dynamic) at its start, CPU
 # Each red zone: as large as the span, so a write a whole tile past either end lands in it (256 bytes,
 # a CUDA allocation's alignment, at least; 1 MiB at most).
 RED_MIN, RED_MAX = 256, 1 << 20
@@ -208,12 +209,13 @@ class _Harness:
         only writer, so the tile must be written whole and nothing outside it)."""
         return tile.declared or (tile.role == self.layer.signal_role and self.pk.world_size == 1)
 
-    def run(self, task: Task, images: list[_Image], seed: int, watch: tuple[int, int] | None = None) -> int:
+    def run(self, task: Task, images: list[_Image], seed: int, watch: tuple[int, int] | None = None,
+            smem: int = SMEM_FILL[0]) -> int:
         for b, im in zip(self.buffers, images):
             b.slots.copy_(im.slots)
             for zone in b.red_zones():
                 zone.fill_(im.red)
-        return self.runtime.run_task(task.id, seed, self.pointers, watch)
+        return self.runtime.run_task(task.id, seed, self.pointers, watch, smem)
 
     def task_seed(self, task: Task, k: int) -> int:
         return (self.seed * 0x9E3779B97F4A7C15 + task.id * 0x632BE59BD9B4E019 + k) % 2**64
@@ -260,20 +262,28 @@ class _Harness:
 
     def find_read(self, task: Task, images: tuple[list[_Image], list[_Image]],
                   reference: list[torch.Tensor]) -> str:
-        """Which byte outside the input tiles the result depends on: bisect over the slots whose two
-        poisons differ (outside the input tiles), switching a subset to the second poison."""
+        """What the result depends on that the task should not read, as the message's tail: shared memory
+        no thread wrote (the second run's other shared-memory fill alone changes it), else the element
+        outside the input tiles found by bisecting the slots whose two poisons differ (switching a
+        subset to the second poison), else a tensor's red zones."""
         first, second = images
         candidates = [(i, (a.slots != c.slots).nonzero().flatten())
                       for i, (a, c) in enumerate(zip(first, second))]
 
-        def differs(choice: list[tuple[int, torch.Tensor]], red: int = -1) -> bool:
+        def differs(choice: list[tuple[int, torch.Tensor]], red: int = -1, smem: int = SMEM_FILL[0]) -> bool:
             mixed = [_Image(im.slots.clone(), second[i].red if i == red else im.red, im.writable)
                      for i, im in enumerate(first)]
             for i, slots in choice:
                 mixed[i].slots[slots] = second[i].slots[slots]
-            self.run(task, mixed, self.task_seed(task, 0))
+            self.run(task, mixed, self.task_seed(task, 0), smem=smem)
             return any(not torch.equal(b.slots[w], r[w]) for b, r, w in
                        zip(self.buffers, reference, (im.writable for im in first)))
+        if self.pk.device.type == "cpu" and differs([], smem=SMEM_FILL[1]):
+            return (f"reads shared memory no thread wrote: its output changes with the byte a fresh block's "
+                    f"shared memory holds (0x{SMEM_FILL[0]:02X} or 0x{SMEM_FILL[1]:02X}): a read before a "
+                    f"barrier, or of a slot no thread wrote this task")
+        outside = ("reads outside its declared input tiles: its output changes with the poison around them; "
+                   "it depends on ")
         for i, slots in candidates:
             if not slots.numel() or not differs([(i, slots)]):
                 continue
@@ -283,13 +293,14 @@ class _Harness:
                 half = slots[: slots.numel() // 2]
                 slots = half if differs([(i, half)]) else slots[slots.numel() // 2:]
             t, b = self.table[i], self.buffers[i]
-            return _describe(t, b, slots[:1]) + (" (one of the elements read)" if slots.numel() == 1 else "")
+            return outside + _describe(t, b, slots[:1]) + (" (one of the elements read)" if slots.numel() == 1
+                                                           else "")
         for i, t in enumerate(self.table):
             if differs([], red=i):
                 b = self.buffers[i]
-                return (f"memory just outside tensor '{t.name}' ({t.dtype.name}, {b.shape}): before its "
-                        f"first or past its last element (its red zones, {b.red} bytes each side)")
-        return "several regions together (no one tensor's region changes the result alone)"
+                return (f"{outside}memory just outside tensor '{t.name}' ({t.dtype.name}, {b.shape}): before "
+                        f"its first or past its last element (its red zones, {b.red} bytes each side)")
+        return outside + "several regions together (no one tensor's region changes the result alone)"
 
 
 def _describe(t: DTensor, b: SpanBuffer, slots: torch.Tensor) -> str:
@@ -390,7 +401,7 @@ def _run_one(h: _Harness, task: Task) -> list[torch.Tensor]:
     h.run(task, first, h.task_seed(task, 0))
     h.check_writes(task, first, "first poison")
     got = h.outputs()
-    h.run(task, second, h.task_seed(task, 0))
+    h.run(task, second, h.task_seed(task, 0), smem=SMEM_FILL[1])
     h.check_writes(task, second, "second poison")
     for t, b, im, im2, g in zip(h.table, h.buffers, first, second, got):
         still = (g == im.slots) & (b.slots == im2.slots) & im.writable
@@ -399,9 +410,7 @@ def _run_one(h: _Harness, task: Task) -> list[torch.Tensor]:
                                     f"(still poison after runs with two poisons): "
                                     f"{_describe(t, b, still.nonzero().flatten())}")
     if any(not torch.equal(b.slots[im.writable], g[im.writable]) for b, im, g in zip(h.buffers, first, got)):
-        where = h.find_read(task, (first, second), got)
-        raise MPKFootprintError(f"{h.where(task)} reads outside its declared input tiles: its output changes "
-                                f"with the poison around them; it depends on {where}")
+        raise MPKFootprintError(f"{h.where(task)} {h.find_read(task, (first, second), got)}")
     h.run(task, first, h.task_seed(task, 1))
     for t, b, im, g in zip(h.table, h.buffers, first, got):
         differs = (b.slots != g) & im.writable

@@ -80,3 +80,5 @@ def test_a_wrong_result_names_its_tasks():
     assert "1 / 576 elements of the tasks' tiles outside the budget" in str(e.value)
     assert "First bad element (3, 5)" in str(e.value)
     assert "Tasks with bad elements (grid coordinate): (1, 0, 0)" in str(e.value)
+    # the emulation's write-watch: element (3, 5) is in thread 1's 16-byte chunk (columns 4..7)
+    assert "Task (1, 0, 0): element (3, 5) was last written by thread 1 (warp 0, lane 1)" in str(e.value)
