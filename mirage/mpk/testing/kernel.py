@@ -49,6 +49,7 @@ SMEM_FILL = (0xFF, 0x41)          # the block's shared memory (static and dynami
 # Each red zone: as large as the span, so a write a whole tile past either end lands in it (256 bytes,
 # a CUDA allocation's alignment, at least; 1 MiB at most).
 RED_MIN, RED_MAX = 256, 1 << 20
+ALIGN_KEPT = 16                   # a source's offset modulo this (bytes) is kept: the widest vector access
 _INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 MAX_SHOWN = 3                     # element ranges named per violation
 
@@ -61,20 +62,24 @@ class SpanBuffer:
 
     def __init__(self, t: torch.Tensor):
         self.shape, self.strides, self.itemsize = tuple(t.shape), tuple(t.stride()), t.element_size()
-        self.span = 1 + sum((d - 1) * s for d, s in zip(self.shape, self.strides))     # elements
+        # the source's misalignment to 16 bytes is kept (slots of padding before the first element): a
+        # view that starts mid-row reaches the kernel as unaligned as the caller made it
+        self.lead = t.data_ptr() % ALIGN_KEPT // self.itemsize
+        self.span = self.lead + 1 + sum((d - 1) * s for d, s in zip(self.shape, self.strides))  # elements
         nbytes = self.span * self.itemsize
         self.red = min(RED_MAX, max(RED_MIN, -(-nbytes // RED_MIN) * RED_MIN))
         self.raw = torch.empty(2 * self.red + nbytes, dtype=torch.uint8, device=t.device)
         self.slots = self.raw[self.red:self.red + nbytes].view(_INT[self.itemsize])
-        self.tensor = self.slots.view(t.dtype).as_strided(self.shape, self.strides)
+        self.tensor = self.slots.view(t.dtype).as_strided(self.shape, self.strides, self.lead)
         # offset (in elements, inside the span) of every element of the tensor, and the inverse map
-        self.offsets = torch.arange(self.span, device=t.device).as_strided(self.shape, self.strides)
+        self.offsets = torch.arange(self.span, device=t.device).as_strided(self.shape, self.strides,
+                                                                          self.lead)
         self.index_of = torch.full((self.span,), -1, dtype=torch.int64, device=t.device)
         self.index_of[self.offsets.flatten()] = torch.arange(self.offsets.numel(), device=t.device)
 
     @property
     def pointer(self) -> int:
-        return self.slots.data_ptr()
+        return self.slots.data_ptr() + self.lead * self.itemsize
 
     def red_zones(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.raw[:self.red], self.raw[self.red + self.span * self.itemsize:]
@@ -191,7 +196,7 @@ class _Harness:
         for t, b in zip(self.table, self.buffers):
             slots = torch.full((b.span,), POISONS[k][b.itemsize], dtype=_INT[b.itemsize],
                                device=b.slots.device)
-            view = slots.view(t.data.dtype).as_strided(b.shape, b.strides)
+            view = slots.view(t.data.dtype).as_strided(b.shape, b.strides, b.lead)
             writable = torch.zeros(b.span, dtype=torch.bool, device=b.slots.device)
             for tile in task.inputs:
                 if tile.tensor is t:
@@ -236,8 +241,8 @@ class _Harness:
                 hit = (zone != im.red).nonzero().flatten()
                 if hit.numel():
                     lo, hi = int(hit[0]), int(hit[-1]) + 1
-                    span_bytes = b.span * b.itemsize
-                    rel = (lo - b.red, hi - b.red) if side.startswith("before") else \
+                    lead, span_bytes = b.lead * b.itemsize, (b.span - b.lead) * b.itemsize
+                    rel = (lo - b.red - lead, hi - b.red - lead) if side.startswith("before") else \
                         (span_bytes + lo, span_bytes + hi)
                     raise MPKFootprintError(
                         f"{self.where(task)} writes outside tensor '{t.name}' ({t.dtype.name}, {b.shape}, "
@@ -322,7 +327,7 @@ def _describe(t: DTensor, b: SpanBuffer, slots: torch.Tensor) -> str:
         shown.append(f"and {len(runs) - MAX_SHOWN} more range(s)")
     if pad.numel():
         shown.append(f"{pad.numel()} slot(s) of storage padding the view skips (first at element offset "
-                     f"{int(pad[0])})")
+                     f"{int(pad[0]) - b.lead} from its first element)")
     return f"tensor '{t.name}' ({t.dtype.name}, shape {b.shape}, strides {b.strides}): {'; '.join(shown)}"
 
 
@@ -436,7 +441,7 @@ def _collect(h: _Harness, layer: Layer, tasks: list[Task], results: dict, dts: d
         out.view(_INT[b.itemsize]).fill_(POISONS[0][b.itemsize])
         cover = torch.zeros(b.shape, dtype=torch.bool, device=t.data.device)
         for task in tasks:
-            got = results[task.id][i].view(t.data.dtype).as_strided(b.shape, b.strides)
+            got = results[task.id][i].view(t.data.dtype).as_strided(b.shape, b.strides, b.lead)
             for tile in task.outputs:
                 if tile.declared and tile.tensor is t:
                     out[_slices(tile.box)] = got[_slices(tile.box)]

@@ -56,6 +56,18 @@ def test_strided_views_reach_the_kernel_with_their_strides():
     run.check("out", ref.rmsnorm(xs, w[:96]), testing.tol_rmsnorm(torch.float32, 96))
 
 
+def test_a_misaligned_view_stays_misaligned():
+    """A view starting one element into its storage reaches the kernel as misaligned (to 16 bytes) as
+    the caller made it, so a kernel's unaligned path is what runs (rmsnorm: the scalar path)."""
+    gen = testing.generator(offset=43)
+    base = testing.randn((6, 97), torch.bfloat16, gen)
+    x, w = base[:, 1:], testing.randn((96,), torch.bfloat16, gen)
+    assert x.data_ptr() % 16 == 2
+    run = testing.run_tasks(rmsnorm(3), {"x": x, "w": w, "out": torch.zeros(6, 96, dtype=torch.bfloat16)})
+    assert run._harness.buffers[0].pointer % 16 == 2
+    run.check("out", ref.rmsnorm(x, w), testing.tol_rmsnorm(torch.bfloat16, 96))
+
+
 def test_refusals_name_what_is_wrong():
     x, w = inputs()
     t = {"x": x, "w": w, "out": torch.zeros(6, 96)}
