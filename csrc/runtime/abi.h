@@ -5,7 +5,7 @@
 #pragma once
 #include <stdint.h>
 
-#define MPK_ABI_VERSION 7
+#define MPK_ABI_VERSION 8
 #define MPK_MAX_DIMS 4
 #define MPK_MAX_TILES 8      // inputs + outputs of one task
 #define MPK_MAX_TRIGGERS 8   // docs/dependencies.md: more than this and the graph builder coarsens
@@ -39,6 +39,20 @@
 #define MPK_FAULT_PERTURB 2       // after the kernel, output 0 element += amount
 #define MPK_FAULT_NO_TRIGGER 3    // the task never triggers its events
 #define MPK_FAULT_NO_SIGNAL 4     // the task signals no peer but itself (a stalled rank)
+#define MPK_FAULT_OVERRUN 5       // after the kernel, writes amount elements starting element past output 0's tile
+#define MPK_FAULT_UNDERRUN 6      // ... writes amount elements ending element before output 0's tile
+#define MPK_FAULT_OVERREAD 7      // ... reads amount elements starting element past output 0's tile
+
+// Test mode's guard pages (csrc/runtime/guard.h; CPU backend): a range is lo, hi (addresses) and
+// the tensor's index; a fault record is the address, the tensor, MPK_ACCESS_*, the task position
+// the faulting worker showed (-1: none) and the worker (-1: mpk_run_task's caller). A page the
+// handler opens is filled with MPK_GUARD_RED_BYTE first (mirage/mpk/guard.py RED_BYTE).
+#define MPK_GUARD_RANGE_FIELDS 3
+#define MPK_GUARD_FAULT_FIELDS 5
+#define MPK_GUARD_RED_BYTE 0xA5
+#define MPK_ACCESS_UNKNOWN 0
+#define MPK_ACCESS_READ 1
+#define MPK_ACCESS_WRITE 2
 
 // Worker states in a snapshot.
 #define MPK_WORKER_IDLE 0         // waiting for its queue
@@ -140,6 +154,15 @@ typedef struct {
     int32_t in_order;
     int32_t profile;
     int64_t* task_record;
+    // Memory-safe test mode (docs/runtime.md; CPU backend only): the guard pages of the guarded
+    // tensors, MPK_GUARD_RANGE_FIELDS int64 each (copied at mpk_init), and where the fault handler
+    // records what touched them: max_guard_faults records of MPK_GUARD_FAULT_FIELDS int64, and
+    // *guard_fault_count, every fault counted (the caller zeroes it before a launch). 0 ranges: none.
+    int32_t num_guard_ranges;
+    int32_t max_guard_faults;
+    const int64_t* guard_ranges;
+    int64_t* guard_faults;
+    int64_t* guard_fault_count;
 } MpkConfig;
 
 #define MPK_RECORD_FIELDS 4      // task_record per task: ready, begin, end, worker
@@ -186,6 +209,12 @@ int64_t mpk_iterations(void* handle);
 // a NULL handle.
 int mpk_abort(void* handle);
 void mpk_finalize(void* handle);
+// CPU modules: runs task `position` alone on the calling thread (its own worker block; no
+// scheduler, no events, no meta pass; an injected fault of that task included) under the guard
+// table: test mode re-runs tasks one by one to name the one that touched a red zone or guard page
+// (mirage/mpk/memcheck.py). Returns MPK_OK or MPK_INVALID / MPK_INTERNAL with the message set.
+// Not while a launch is in flight on the handle.
+int mpk_run_task(void* handle, int32_t position);
 #ifdef __cplusplus
 }
 #endif

@@ -8,8 +8,8 @@
 // crosses the C ABI. All state lives in the handle mpk_init returns, so kernels sharing one
 // loaded .so share nothing.
 #pragma once
-#if defined(MPK_FAULT_INJECTION) && !defined(MPK_PERTURB_OUTPUT)
-#error "runtime/entry.h: a fault-injection build needs MPK_PERTURB_OUTPUT from the generated code"
+#if defined(MPK_FAULT_INJECTION) && !defined(MPK_INJECT_FAULT)
+#error "runtime/entry.h: a fault-injection build needs MPK_INJECT_FAULT from the generated code"
 #endif
 #ifndef MPK_EXECUTE_TASK
 #error "runtime/entry.h: define MPK_EXECUTE_TASK (the generated dispatcher) before including it"
@@ -114,6 +114,11 @@ MPK_EXPORT void* mpk_init(const MpkConfig* cfg, const MpkTask* tasks, const MpkE
         k.peer_tensors = std::move(peers.tensors);
         k.peer_signals = std::move(peers.signals);
         k.worker_body = [](mpk::exec::State& st, int32_t w) { mpk::exec::worker_loop<mpk::GeneratedDispatch>(st, w); };
+        if (cfg->num_guard_ranges > 0) {
+            k.guard_ranges.assign(cfg->guard_ranges, cfg->guard_ranges + int64_t(cfg->num_guard_ranges) * MPK_GUARD_RANGE_FIELDS);
+            k.guard = mpk::guard::Table{k.guard_ranges.data(), cfg->num_guard_ranges, cfg->max_guard_faults,
+                                        cfg->guard_faults, cfg->guard_fault_count};
+        }
         mpk::host::allocate(k);
         mpk::host::reset_launch(k);  // so queries before the first launch see sane values
         return "";
@@ -147,6 +152,44 @@ MPK_EXPORT int mpk_snapshot(void* handle, MpkWorkerState* out, int n) {
 
 MPK_EXPORT int64_t mpk_iterations(void* handle) {
     return handle ? mpk::ld_relaxed(&static_cast<mpk::host::Kernel*>(handle)->control.iterations) : -1;
+}
+
+// One task alone on the calling thread (abi.h): the view the executor would build, but run as its
+// own block (on_block = false), under a guard::ThreadScope naming the task.
+MPK_EXPORT int mpk_run_task(void* handle, int32_t position) {
+    if (!handle) return MPK_INVALID;
+    mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(handle);
+    if (position < 1 || position >= k.cfg.num_tasks) {
+        k.message = "mpk_run_task: task " + std::to_string(position) + " is outside the layer tasks 1.." +
+                    std::to_string(k.cfg.num_tasks - 1);
+        return k.status = MPK_INVALID;
+    }
+    if (k.guard.num_ranges > 0 && !mpk::guard::install()) return MPK_INTERNAL;
+    if (__atomic_exchange_n(&k.launching, 1, __ATOMIC_ACQ_REL)) return MPK_INVALID;  // a launch is in flight
+    k.status = MPK_OK;
+    k.message.clear();
+    try {
+        mpk::exec::TaskContext c{};
+        mpk::TaskView v{};
+        mpk::exec::fill_view(k.st, 0, position, 1, v, c);
+        v.on_block = false;
+        const mpk::guard::ThreadScope scope(k.guard, nullptr, position, -1);
+        if (c.fault != MPK_FAULT_SKIP && !MPK_EXECUTE_TASK(v)) {
+            k.status = MPK_INVALID;
+            k.message = "task " + std::to_string(position) + " has a variant this module's dispatcher does not have";
+        }
+#ifdef MPK_FAULT_INJECTION
+        if (k.status == MPK_OK) MPK_INJECT_FAULT(v, c.fault, k.cfg.fault_element, k.cfg.fault_amount);
+#endif
+    } catch (const std::exception& e) {
+        k.status = MPK_INTERNAL;
+        k.message = "task " + std::to_string(position) + " failed: " + e.what();
+    } catch (...) {
+        k.status = MPK_INTERNAL;
+        k.message = "task " + std::to_string(position) + " failed: unknown exception";
+    }
+    __atomic_store_n(&k.launching, 0, __ATOMIC_RELEASE);
+    return k.status;
 }
 
 // Ends the executor's threads and frees the handle. A worker still inside a kernel (MPK_STUCK)

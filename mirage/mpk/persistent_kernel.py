@@ -9,11 +9,11 @@ import os
 
 import torch
 
-from . import abi, codegen, dist, faults, profiler, reuse, written
+from . import abi, codegen, dist, faults, memcheck, profiler, reuse, written
 from . import build as build_mod
 from . import graph as graph_mod
 from .dtypes import DType, bfloat16, to_dtype
-from .errors import MPKRuntimeError
+from .errors import MPKHangError, MPKRuntimeError
 from .faults import Fault
 from .layers import dim3, find_layer
 from .meta import build_meta
@@ -135,6 +135,7 @@ class PersistentKernel:
         self.output_files: tuple[str, str] | None = None
         self._runtime: Runtime | None = None
         self._meta_at_first_launch: dict[str, torch.Tensor] | None = None
+        self._fences: memcheck.Fences | None = None
         self._finalized = False
         self.passes = 0                     # graph passes of the last launch
 
@@ -395,8 +396,13 @@ class PersistentKernel:
         self._record = profiler.record_buffer(self.profiler_tensor, len(graph.tasks), self.device)
         config.update(in_order=0, profile=int(self.profile), task_record=self._record.data_ptr())
         self._allocate_symmetric(graph, config)     # collective: after every rank's compile
-        self._launch_args = (module, variants, config)    # for _rerun
-        self._runtime = Runtime(module, graph, variants, self._table(), meta, config, self.fault)
+        # test mode: kernels get guarded copies (memcheck.py); not under a sanitizer, which has its own
+        self._fences = memcheck.Fences(self._table(), graph, self.device.type == "cpu") \
+            if self.test_mode and not self.sanitize else None
+        pointers = self._fences.pointers() if self._fences else None
+        config.update(self._fences.config() if self._fences else {})
+        self._launch_args = (module, variants, config, pointers)    # for _rerun
+        self._runtime = Runtime(module, graph, variants, self._table(), meta, config, self.fault, pointers)
         self.graph = graph
         self._watched = written.Watched(graph) if self.test_mode else None
 
@@ -438,14 +444,24 @@ class PersistentKernel:
         if self.device.type == "cuda" and not self.test_mode:   # enqueue on the caller's stream, return
             stream = kwargs.get("default_stream") or torch.cuda.current_stream(self.device)
             return self._runtime.launch_async(stream.cuda_stream)
+        if self._fences:
+            self._fences.copy_in()
         try:
             passes = self._runtime.launch()
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, MPKHangError):
+            if self._fences:            # a stuck kernel may still use the copies: never unmapped
+                self._fences.pinned = True
             if "still inside" in self._runtime.interrupted:   # a task kernel may still read or write them,
                 kept = [d.data for d in self._table() if d.data is not None]   # so they are never freed
                 for t in [*self.meta_tensors.values(), *kept]:             # (as its handle is not)
                     C.pythonapi.Py_IncRef(C.py_object(t))
             raise
+        except MPKRuntimeError:
+            if self._fences:        # (a kernel that failed may have gone out of bounds first: say so)
+                self._fences.finish(self._runtime)
+            raise
+        if self._fences:
+            self._fences.finish(self._runtime)
         self.passes = passes
         self._export_trace()
         if self.test_mode:
@@ -462,10 +478,10 @@ class PersistentKernel:
     def _rerun(self, **config) -> None:
         """pk() once more on a second runtime of the same module, graph and tensors with these config
         fields changed (testing's serial re-run); this kernel's own runtime and trace are kept."""
-        module, variants, base = self._launch_args
+        module, variants, base, pointers = self._launch_args
         mine, profile = self._runtime, self.profile
         self._runtime = Runtime(module, self.graph, variants, self._table(), self.meta_tensors,
-                                dict(base, **config, profile=0, task_record=None), self.fault)
+                                dict(base, **config, profile=0, task_record=None), self.fault, pointers)
         try:
             self.profile = False
             self()
@@ -501,6 +517,9 @@ class PersistentKernel:
         if self._runtime is not None:
             self._runtime.finalize()
             self._runtime = None
+        if getattr(self, "_fences", None) is not None:
+            self._fences.close()
+            self._fences = None
         if self._heap is not None:          # collective with world_size > 1: every rank finalizes
             self._heap.free()
             self._heap = None
