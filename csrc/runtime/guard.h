@@ -30,7 +30,6 @@
 #include <mutex>
 #include "abi.h"
 
-#pragma GCC visibility push(hidden)  // module-local: two loaded modules each have their own
 namespace mpk {
 namespace guard {
 
@@ -50,6 +49,7 @@ struct Context {
     int32_t worker;         // -1: not a worker (mpk_run_task's caller)
 };
 
+#pragma GCC visibility push(hidden)  // the statics below are module-local: each loaded module its own
 // The default TLS model: static TLS ("initial-exec") is too scarce for a dlopen'ed module (the
 // load fails with "cannot allocate memory in static TLS block"). So a foreign fault on a thread
 // that never touched this module's TLS makes glibc allocate its block inside the handler; that
@@ -58,6 +58,8 @@ inline Context*& current() {
     static thread_local Context* c = nullptr;
     return c;
 }
+
+#pragma GCC visibility pop
 
 // Sets the calling thread's context for its lifetime (nothing when the table is empty).
 class ThreadScope {
@@ -75,6 +77,7 @@ class ThreadScope {
     Context* saved_;
 };
 
+#pragma GCC visibility push(hidden)
 struct Installed {
     std::mutex mu;
     bool on = false;
@@ -157,6 +160,6 @@ inline bool install() {
     return true;
 }
 
+#pragma GCC visibility pop
 }  // namespace guard
 }  // namespace mpk
-#pragma GCC visibility pop

@@ -15,7 +15,7 @@ from . import graph as graph_mod
 from .dtypes import DType, bfloat16, to_dtype
 from .errors import MPKHangError, MPKRuntimeError
 from .faults import Fault
-from .layers import dim3, find_layer
+from .layers import check_aliasing, dim3, find_layer
 from .meta import build_meta
 from .runtime import Runtime
 from .tensor import (
@@ -277,6 +277,10 @@ class PersistentKernel:
             if acc.written and acc.tensor.kind in (SHUFFLED, FUSED):
                 raise ValueError(f"layer '{layer.name}': output '{acc.tensor.name}' is a "
                                  f"{acc.tensor.kind} view; views are inputs only")
+        inplace = check_aliasing(layer)
+        if inplace and self.test_mode:     # poison would be read: these tiles are not checked (written.py)
+            log.warning("layer '%s' runs in place on %s: test mode cannot check those tiles for unwritten "
+                        "elements", layer.name, ", ".join(inplace))
         self.layers.append(layer)
 
     # ---- compile and run -------------------------------------------------------------------
