@@ -120,8 +120,11 @@ class Fences:
         touching = [t.id for t in tasks[1:] if any(x.tensor.id == tid for x in t.inputs + t.outputs)]
         order = list(dict.fromkeys(hinted + touching + [t.id for t in tasks[1:]]))
         order = [p for p in order if tasks[p].layer.signal_role is None][:MAX_RERUNS]
+        if not hasattr(runtime.lib, "mpk_run_task"):     # CUDA modules: no task runs alone
+            names = ", ".join(sorted({f"'{tasks[p].layer.name}'" for p in touching})) or "(none accesses it)"
+            return self._report(f"a task of layer(s) {names}", tid, ranges, recs)
         lines, named = [], 0
-        for pos in order if hasattr(runtime.lib, "mpk_run_task") else []:
+        for pos in order:
             self.arm()
             self.dirty = True
             runtime.lib.mpk_run_task(runtime.handle, pos)      # (a task failing alone is no culprit)
