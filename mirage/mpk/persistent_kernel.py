@@ -455,6 +455,7 @@ class PersistentKernel:
         except (KeyboardInterrupt, MPKHangError):
             if self._fences:            # a stuck kernel may still use the copies: never unmapped
                 self._fences.pinned = True
+                C.pythonapi.Py_IncRef(C.py_object(self._fences))
             if "still inside" in self._runtime.interrupted:   # a task kernel may still read or write them,
                 kept = [d.data for d in self._table() if d.data is not None]   # so they are never freed
                 for t in [*self.meta_tensors.values(), *kept]:             # (as its handle is not)
