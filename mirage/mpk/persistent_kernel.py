@@ -400,15 +400,21 @@ class PersistentKernel:
         self._record = profiler.record_buffer(self.profiler_tensor, len(graph.tasks), self.device)
         config.update(in_order=0, profile=int(self.profile), task_record=self._record.data_ptr())
         self._allocate_symmetric(graph, config)     # collective: after every rank's compile
-        # test mode: kernels get guarded copies (memcheck.py); not under a sanitizer, which has its own
-        self._fences = memcheck.Fences(self._table(), graph, self.device.type == "cpu") \
-            if self.test_mode and not self.sanitize else None
-        pointers = self._fences.pointers() if self._fences else None
-        config.update(self._fences.config() if self._fences else {})
-        self._launch_args = (module, variants, config, pointers)    # for _rerun
+        pointers = self._guard(graph, config)
+        self._launch_args = (module, variants, config)    # for _rerun
         self._runtime = Runtime(module, graph, variants, self._table(), meta, config, self.fault, pointers)
         self.graph = graph
         self._watched = written.Watched(graph) if self.test_mode else None
+
+    def _guard(self, graph, config: dict) -> list[int] | None:
+        """Test mode: the pointers of the guarded copies kernels get (memcheck.py), made if need be, and
+        their guard table in config. None: plain pointers (outside test mode; under a sanitizer)."""
+        if not self.test_mode or self.sanitize:
+            return None
+        if self._fences is None:
+            self._fences = memcheck.Fences(self._table(), graph, self.device.type == "cpu")
+        config.update(self._fences.config())
+        return self._fences.pointers()
 
     def _allocate_symmetric(self, graph, config: dict) -> None:
         """Symmetric tensors and signal counters in node-shared memory (dist.SymmetricHeap)."""
@@ -483,16 +489,21 @@ class PersistentKernel:
     def _rerun(self, **config) -> None:
         """pk() once more on a second runtime of the same module, graph and tensors with these config
         fields changed (testing's serial re-run); this kernel's own runtime and trace are kept."""
-        module, variants, base, pointers = self._launch_args
-        mine, profile = self._runtime, self.profile
-        self._runtime = Runtime(module, self.graph, variants, self._table(), self.meta_tensors,
-                                dict(base, **config, profile=0, task_record=None), self.fault, pointers)
+        module, variants, base = self._launch_args
+        mine, profile, finalized = self._runtime, self.profile, self._fences is None
+        config = dict(base, **config, profile=0, task_record=None)
+        pointers = self._guard(self.graph, config)      # after finalize(): fresh copies, for this run only
+        self._runtime = Runtime(module, self.graph, variants, self._table(), self.meta_tensors, config,
+                                self.fault, pointers)
         try:
             self.profile = False
             self()
         finally:
             self._runtime.finalize()
             self._runtime, self.profile = mine, profile
+            if finalized and self._fences is not None:
+                self._fences.close()
+                self._fences = None
 
     def run(self, **kwargs) -> None:
         """The same as pk(**kwargs) (MPK's newer files call pk.run())."""
