@@ -123,8 +123,10 @@ class Fences:
         if not hasattr(runtime.lib, "mpk_run_task"):     # CUDA modules: no task runs alone
             names = ", ".join(sorted({f"'{tasks[p].layer.name}'" for p in touching})) or "(none accesses it)"
             return self._report(f"a task of layer(s) {names}", tid, ranges, recs)
-        lines, named = [], 0
+        lines, named, touched = [], 0, set(touching)
         for pos in order:
+            if lines and pos not in touched:      # named among those that access it: enough
+                break
             self.arm()
             self.dirty = True
             runtime.lib.mpk_run_task(runtime.handle, pos)      # (a task failing alone is no culprit)
@@ -132,7 +134,7 @@ class Fences:
             if len(alone[0]) or len(alone[1]):
                 t, named = tasks[pos], named + 1
                 lines += self._report(f"task {t.coord} of layer '{t.layer.name}'", tid, *alone)
-                if named == MAX_NAMED or pos not in touching:
+                if named == MAX_NAMED:
                     break
         if lines:
             return lines
