@@ -1,7 +1,8 @@
 """The C++ tests of the runtime protocol, the SIMT emulation and the CPU kernels, run from pytest.
 
-The runtime test (and test_guard.cpp, the guard-page handler) also runs under ThreadSanitizer and AddressSanitizer+UBSan, and with
-2-slot queues (the blocking-push path); each build prints one line per check. The SIMT test
+The runtime test (and test_guard.cpp, the guard-page handler) also runs under ThreadSanitizer
+and AddressSanitizer+UBSan, and with 2-slot queues (the blocking-push path); each build prints one
+line per check. The SIMT test
 (csrc/runtime/simt_cpu.h; docs/simt.md) runs plain, with the ucontext switch, under TSan (a
 missing barrier must be a TSan report, its fixed kernel clean) and under ASan+UBSan (raw
 shared/global overflows must be ASan reports).
