@@ -143,3 +143,17 @@ def test_the_inplace_declaration_is_what_allows_it():
         layers.check_aliasing(layers.Layer("t_0", "t", (1, 1, 1), **io))
     dummy = [layers.Access("output", x, written=False)]           # a dummy output is never written: fine
     assert layers.check_aliasing(layers.Layer("t_0", "t", (1, 1, 1), io["inputs"], dummy, ())) == []
+
+
+def test_red_zones_without_guard_pages_as_on_the_gpu(monkeypatch):
+    """The CUDA backend's guarded copies (guard.guarded_copy(pages=False): red zones only), driven
+    on the CPU: a near overrun is still named; the guard table is empty."""
+    copy = guard.guarded_copy
+    monkeypatch.setattr(guard, "guarded_copy", lambda t, **kw: copy(t, pages=False))
+    fault, first_line = CASES["one_row_past_end_red_zone"]
+    pk, out, ref = rmsnorm(fault)
+    assert pk._fences.config()["num_guard_ranges"] == 0
+    with pytest.raises(MPKMemoryError) as e:
+        pk()
+    assert str(e.value).splitlines()[0] == first_line
+    pk.finalize()
