@@ -39,6 +39,20 @@
 #define MPK_FAULT_PERTURB 2       // after the kernel, output 0 element += amount
 #define MPK_FAULT_NO_TRIGGER 3    // the task never triggers its events
 #define MPK_FAULT_NO_SIGNAL 4     // the task signals no peer but itself (a stalled rank)
+#define MPK_FAULT_OVERRUN 5       // after the kernel, writes amount elements starting element past output 0's tile
+#define MPK_FAULT_UNDERRUN 6      // ... writes amount elements ending element before output 0's tile
+#define MPK_FAULT_OVERREAD 7      // ... reads amount elements starting element past output 0's tile
+
+// Test mode's guard pages (csrc/runtime/guard.h; CPU backend): a range is lo, hi (addresses) and
+// the tensor's index; a fault record is the address, the tensor, MPK_ACCESS_*, the task position
+// the faulting worker showed (-1: none) and the worker (-1: mpk_run_task's caller). A page the
+// handler opens is filled with MPK_GUARD_RED_BYTE first (mirage/mpk/guard.py RED_BYTE).
+#define MPK_GUARD_RANGE_FIELDS 3
+#define MPK_GUARD_FAULT_FIELDS 5
+#define MPK_GUARD_RED_BYTE 0xA5
+#define MPK_ACCESS_UNKNOWN 0
+#define MPK_ACCESS_READ 1
+#define MPK_ACCESS_WRITE 2
 
 // Worker states in a snapshot.
 #define MPK_WORKER_IDLE 0         // waiting for its queue
@@ -140,6 +154,15 @@ typedef struct {
     int32_t in_order;
     int32_t profile;
     int64_t* task_record;
+    // Memory-safe test mode (docs/runtime.md; CPU backend only): the guard pages of the guarded
+    // tensors, MPK_GUARD_RANGE_FIELDS int64 each (copied at mpk_init), and where the fault handler
+    // records what touched them: max_guard_faults records of MPK_GUARD_FAULT_FIELDS int64, and
+    // *guard_fault_count, every fault counted (the caller zeroes it before a launch). 0 ranges: none.
+    int32_t num_guard_ranges;
+    int32_t max_guard_faults;
+    const int64_t* guard_ranges;
+    int64_t* guard_faults;
+    int64_t* guard_fault_count;
 } MpkConfig;
 
 #define MPK_RECORD_FIELDS 4      // task_record per task: ready, begin, end, worker
@@ -186,10 +209,11 @@ int64_t mpk_iterations(void* handle);
 // a NULL handle.
 int mpk_abort(void* handle);
 void mpk_finalize(void* handle);
-// A kernel-level run (mirage.mpk.testing.run_tasks): task `pos` alone, on one block, on the calling
-// thread (CPU: the SIMT emulation, its threads in the order `seed` draws; CUDA: one block of
+// Task `pos` alone, on one block, on the calling thread (CPU: the SIMT emulation, its threads in the
+// order `seed` draws, under the guard table, that task's injected fault included; CUDA: one block of
 // mpk_execute_one, then a synchronize). No scheduler, no events, no meta-tensor pass; no launch may be
-// in flight on the handle. tensor_ptrs: num_tensors pointers for this run (NULL: mpk_init's). CPU only:
+// in flight on the handle. Used by kernel-level runs (mirage.mpk.testing.run_tasks) and by test mode
+// to name the task that touched a red zone or guard page (mirage/mpk/memcheck.py). tensor_ptrs: num_tensors pointers for this run (NULL: mpk_init's). CPU only:
 // smem_fill is the byte the block's shared memory starts with (0xFF as in every block); watch_addr /
 // watch_bytes (NULL/0: none) name bytes whose last writer's linear thread index goes to *watch_thread
 // (-1: none wrote them). Returns MPK_OK, or MPK_INVALID / MPK_INTERNAL with the reason in

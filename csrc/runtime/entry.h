@@ -8,8 +8,8 @@
 // crosses the C ABI. All state lives in the handle mpk_init returns, so kernels sharing one
 // loaded .so share nothing.
 #pragma once
-#if defined(MPK_FAULT_INJECTION) && !defined(MPK_PERTURB_OUTPUT)
-#error "runtime/entry.h: a fault-injection build needs MPK_PERTURB_OUTPUT from the generated code"
+#if defined(MPK_FAULT_INJECTION) && !defined(MPK_INJECT_FAULT)
+#error "runtime/entry.h: a fault-injection build needs MPK_INJECT_FAULT from the generated code"
 #endif
 #ifndef MPK_EXECUTE_TASK
 #error "runtime/entry.h: define MPK_EXECUTE_TASK (the generated dispatcher) before including it"
@@ -114,6 +114,11 @@ MPK_EXPORT void* mpk_init(const MpkConfig* cfg, const MpkTask* tasks, const MpkE
         k.peer_tensors = std::move(peers.tensors);
         k.peer_signals = std::move(peers.signals);
         k.worker_body = [](mpk::exec::State& st, int32_t w) { mpk::exec::worker_loop<mpk::GeneratedDispatch>(st, w); };
+        if (cfg->num_guard_ranges > 0) {
+            k.guard_ranges.assign(cfg->guard_ranges, cfg->guard_ranges + int64_t(cfg->num_guard_ranges) * MPK_GUARD_RANGE_FIELDS);
+            k.guard = mpk::guard::Table{k.guard_ranges.data(), cfg->num_guard_ranges, cfg->max_guard_faults,
+                                        cfg->guard_faults, cfg->guard_fault_count};
+        }
         mpk::host::allocate(k);
         mpk::host::reset_launch(k);  // so queries before the first launch see sane values
         return "";
@@ -181,6 +186,10 @@ MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* cons
                     std::to_string(k.cfg.num_tasks - 1) + ")";
         return MPK_INVALID;
     }
+    if (k.guard.num_ranges > 0 && !mpk::guard::install()) {
+        k.message = "mpk_run_task: cannot install the guard-page handler (sigaction failed)";
+        return MPK_INTERNAL;
+    }
     if (__atomic_exchange_n(&k.launching, 1, __ATOMIC_ACQ_REL)) {
         k.message = "mpk_run_task: a launch is in flight on this handle";
         return MPK_INVALID;
@@ -188,6 +197,11 @@ MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* cons
     int status = MPK_OK;
     try {
         const MpkTask& t = k.tasks[size_t(pos)];
+#ifdef MPK_FAULT_INJECTION
+        const int32_t fault = pos == k.cfg.fault_task ? k.cfg.fault_kind : MPK_FAULT_NONE;
+#else
+        const int32_t fault = MPK_FAULT_NONE;
+#endif
         void* const* bases = tensor_ptrs ? tensor_ptrs : k.tensors.data();
         // this rank's copy of a symmetric tensor is the one this run hands the kernel
         std::vector<void*> peers = k.peer_tensors;
@@ -219,11 +233,16 @@ MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* cons
         v.watch_thread = watch_thread;
         v.smem_fill = static_cast<unsigned char>(smem_fill);
         if (watch_thread) *watch_thread = -1;
-        if (!mpk::GeneratedDispatch::run(v)) {
+        // a fault on a guard page names this task (mirage/mpk/memcheck.py re-runs tasks one by one)
+        const mpk::guard::ThreadScope scope(k.guard, nullptr, pos, -1);
+        if (fault != MPK_FAULT_SKIP && !mpk::GeneratedDispatch::run(v)) {
             k.message = "mpk_run_task: task " + std::to_string(pos) + " has variant " + std::to_string(t.variant) +
                         ", which this module does not have";
             status = MPK_INVALID;
         }
+#ifdef MPK_FAULT_INJECTION
+        if (status == MPK_OK) MPK_INJECT_FAULT(v, fault, k.cfg.fault_element, k.cfg.fault_amount);
+#endif
     } catch (const std::exception& e) {
         k.message = "task " + std::to_string(pos) + " failed: " + e.what();
         status = MPK_INTERNAL;

@@ -728,7 +728,7 @@ MPK_DEVICE MPK_NOINLINE inline void finish_task(State& st, int32_t w, Batch& b, 
     }
     const int32_t fault = b.ctx[j].fault;
 #ifdef MPK_FAULT_INJECTION
-    if (fault == MPK_FAULT_PERTURB) MPK_PERTURB_OUTPUT(b.view[j], st.cfg.fault_element, st.cfg.fault_amount);
+    MPK_INJECT_FAULT(b.view[j], fault, st.cfg.fault_element, st.cfg.fault_amount);
 #endif
     if (fault != MPK_FAULT_NO_TRIGGER) {
         for (int32_t k = 0; k < t.num_triggers; ++k) {

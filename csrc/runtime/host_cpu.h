@@ -27,6 +27,7 @@
 #include <vector>
 #include "abi.h"
 #include "executor.cuh"
+#include "guard.h"
 
 namespace mpk {
 namespace host {
@@ -46,6 +47,8 @@ struct Kernel {
     std::vector<int32_t> first_tasks, event_waiters;
     WorkerBody worker_body = nullptr;
     double stuck_s = 0;
+    std::vector<int64_t> guard_ranges;   // test mode's guard pages (guard.h); guard points into it
+    guard::Table guard;
 
     // the executor's memory (exec::State points into it)
     std::vector<int64_t> counters, progress, arrived;
@@ -204,7 +207,8 @@ inline void run_block_of(Kernel& k, int32_t index, uint64_t launch) {
     const uint64_t seed = splitmix64(uint64_t(index + 1) * 0x9E3779B97F4A7C15ull ^ launch << 40 ^
                                      (k.cfg.jitter ? k.cfg.jitter_seed : 0));
     try {
-        if (index < W) {
+        if (index < W) {  // task code runs here: faults on guard pages are reported (guard.h)
+            const guard::ThreadScope scope(k.guard, &k.workers[size_t(index)].task, -1, index);
             simt::run_block(simt::Block{k.cfg.worker_threads, size_t(k.cfg.smem_bytes), seed},
                             [&k, index] { k.worker_body(k.st, index); });
         } else {
@@ -421,6 +425,11 @@ inline int32_t launch(Kernel& k) {
         }
     }
     if (!start_threads(k)) return k.status;
+    if (k.guard.num_ranges > 0 && !guard::install()) {
+        k.status = MPK_INTERNAL;
+        k.message = "cannot install the guard-page handler (sigaction failed)";
+        return k.status;
+    }
     reset_launch(k);
     st_release(&k.interrupt, int32_t(0));  // an mpk_abort from now on stops this launch
     {

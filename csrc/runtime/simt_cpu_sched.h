@@ -182,8 +182,9 @@ struct Tls {
     Sched* s;
     Pool* pool;
     void* dead_sp;  // where an exiting fiber's last switch stores its stack pointer
+    void* guard;    // test mode's guard-page context of this thread (guard.h ThreadScope), or null
 };
-inline thread_local Tls tl{nullptr, nullptr, nullptr};
+inline thread_local Tls tl{nullptr, nullptr, nullptr, nullptr};
 
 // ---- messages
 

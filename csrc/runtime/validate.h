@@ -39,7 +39,7 @@ inline std::string validate(const MpkConfig* c, const MpkTask* tasks, const MpkE
         return bad("mpi_rank %d / world_size %d", c->mpi_rank, c->world_size);
     if (c->profile && !c->task_record) return "profile = 1 needs a task_record (docs/profiler.md)";
 
-    if (c->fault_kind < MPK_FAULT_NONE || c->fault_kind > MPK_FAULT_NO_SIGNAL)
+    if (c->fault_kind < MPK_FAULT_NONE || c->fault_kind > MPK_FAULT_OVERREAD)
         return bad("fault_kind = %d is not an MPK_FAULT_* value", c->fault_kind);
     if (c->fault_kind != MPK_FAULT_NONE && (c->fault_task < 1 || c->fault_task >= c->num_tasks))
         return bad("fault_task = %d is outside the layer tasks 1..%d", c->fault_task, c->num_tasks - 1);
@@ -61,6 +61,21 @@ inline std::string validate(const MpkConfig* c, const MpkTask* tasks, const MpkE
         return bad("worker_threads = %d: need a multiple of 32 in [32, 1024]", c->worker_threads);
     if (c->smem_bytes < 0) return bad("smem_bytes = %d", c->smem_bytes);
     if (c->num_signal_slots < 0) return bad("num_signal_slots = %d", c->num_signal_slots);
+    if (c->num_guard_ranges < 0 || c->max_guard_faults < 0)
+        return bad("num_guard_ranges = %d, max_guard_faults = %d", c->num_guard_ranges, c->max_guard_faults);
+    if (c->num_guard_ranges > 0) {
+#if defined(__CUDACC__)
+        return "guard pages are the CPU backend's (the GPU's guarded copies have red zones only)";
+#endif
+        if (!c->guard_ranges || !c->guard_fault_count || (c->max_guard_faults > 0 && !c->guard_faults))
+            return "num_guard_ranges > 0 needs guard_ranges, guard_faults and guard_fault_count";
+        for (int32_t i = 0; i < c->num_guard_ranges; ++i) {
+            const int64_t* r = c->guard_ranges + int64_t(i) * MPK_GUARD_RANGE_FIELDS;
+            if (r[0] >= r[1] || r[2] < 0 || r[2] >= c->num_tensors)
+                return bad("guard range %d: [%lld, %lld) of tensor %lld", i, (long long)r[0], (long long)r[1],
+                           (long long)r[2]);
+        }
+    }
     if (c->num_signal_slots > 0) {
         if (!c->peer_signal_ptrs) return bad("num_signal_slots = %d but peer_signal_ptrs is NULL", c->num_signal_slots);
         for (int32_t r = 0; r < c->world_size; ++r)

@@ -10,6 +10,9 @@ EVENT_TYPES = {"termination": 0, "launch": 1, "end_of_task_graph": 2}
 OK, HANG, NOTHING_SCHEDULED, INVALID, INTERNAL, STUCK, INTERRUPTED = 0, 1, 2, 3, 4, 5, 6
 WORKER_STATES = {0: "idle", 1: "waiting", 2: "running", 3: "done"}
 FAULT_NONE, FAULT_SKIP, FAULT_PERTURB, FAULT_NO_TRIGGER, FAULT_NO_SIGNAL = 0, 1, 2, 3, 4
+FAULT_OVERRUN, FAULT_UNDERRUN, FAULT_OVERREAD = 5, 6, 7
+GUARD_RANGE_FIELDS, GUARD_FAULT_FIELDS = 3, 5       # int64 per guard range / fault record
+ACCESS = {0: "accessed", 1: "read", 2: "wrote"}    # MPK_ACCESS_* as the verb of a report
 PEER_DATA, PEER_CONSUMED = 1, 2
 
 
@@ -52,7 +55,9 @@ class MpkConfig(C.Structure):
                 ("fault_element", C.c_int64), ("peer_tensor_ptrs", C.c_void_p),
                 ("peer_signal_ptrs", C.c_void_p), ("num_signal_slots", C.c_int32),
                 ("worker_threads", C.c_int32), ("smem_bytes", C.c_int32), ("in_order", C.c_int32),
-                ("profile", C.c_int32), ("task_record", C.c_void_p)]
+                ("profile", C.c_int32), ("task_record", C.c_void_p), ("num_guard_ranges", C.c_int32),
+                ("max_guard_faults", C.c_int32), ("guard_ranges", C.c_void_p), ("guard_faults", C.c_void_p),
+                ("guard_fault_count", C.c_void_p)]
 RECORD_FIELDS = 4        # MpkConfig.task_record per task: ready, begin, end (ns), worker
 
 

@@ -64,7 +64,7 @@ def source(variants: Variants, backend: str, fault_injection: bool = False) -> s
              '#include "runtime/runtime.h"']
     lines += [f'#include "{h}"' for h in headers[1:-1]]
     if fault_injection:
-        lines += ["#define MPK_PERTURB_OUTPUT mpk_generated::perturb_output"]
+        lines += ["#define MPK_INJECT_FAULT mpk_generated::inject_fault"]
     lines += ["", "namespace mpk_generated {",
               "// false: a variant this module lacks (the runtime fails the launch, naming the task)",
               "MPK_DISPATCH bool execute_task(const mpk::TaskView& v) {",
@@ -73,9 +73,10 @@ def source(variants: Variants, backend: str, fault_injection: bool = False) -> s
               for fn, case in variants.cases.items()]
     lines += ["    default: return false;", "    }", "}"]
     if fault_injection:
-        lines += ["MPK_DISPATCH void perturb_output(const mpk::TaskView& v, int64_t element, double x) {",
+        lines += ["MPK_DISPATCH void inject_fault(const mpk::TaskView& v, int32_t kind, int64_t element,",
+                  "                               double x) {",
                   "    switch (v.task->variant) {"]
-        lines += [f"    case {case}: mpk::perturb_output<{t}>(v, element, x); return;"
+        lines += [f"    case {case}: mpk::inject_fault<{t}>(v, kind, element, x); return;"
                   for case, t in variants.out_types.items()]
         lines += ["    default: return;", "    }", "}"]
     lines += ["}  // namespace mpk_generated", "",

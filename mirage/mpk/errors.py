@@ -26,6 +26,11 @@ class MPKUnwrittenError(MPKError):
     """Elements a layer declares it writes still hold the poison value after the run."""
 
 
+class MPKMemoryError(MPKError):
+    """A kernel accessed memory outside a tensor (test mode's red zones and guard pages); the text names
+    the layer, the task's grid coordinate, the tensor and the byte range."""
+
+
 class GraphError(MPKError):
     """The task graph verifier rejected a graph."""
 

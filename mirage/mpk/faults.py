@@ -8,10 +8,15 @@ kinds: skip        the task's kernel does not run (its events still fire)
        no_trigger  the task never triggers its events (consumers starve: the watchdog fires)
        no_signal   a cross-rank task (allreduce) signals no peer but itself: a stalled rank
                    (the peers' watchdogs fire, naming it)
+       overrun     after the kernel, `amount` elements (at least 1) of output 0's type are written
+                   `element` elements past the end of output 0's tile (0: right after it)
+       underrun    the same, ending `element` elements before the tile's first element
+       overread    the same as overrun, read instead of written
+                   (past the tensor's end, for the last tile: the memory-safety negative controls)
        wrong_tile  the task's output tiles move to its neighbour's (the previous one for the
                    last task of the layer); its own tile stays unwritten
        drop_dependency  the task waits on nothing
-The first four run in the runtime and are compiled in only when a fault is requested
+The first seven run in the runtime and are compiled in only when a fault is requested
 (-DMPK_FAULT_INJECTION, a separate cache entry); the last two edit the task table.
 `rank` limits a fault to one rank of a multi-rank job (None: every rank).
 """
@@ -23,7 +28,8 @@ from dataclasses import dataclass
 from . import abi
 
 RUNTIME_KINDS = {"skip": abi.FAULT_SKIP, "perturb": abi.FAULT_PERTURB, "no_trigger": abi.FAULT_NO_TRIGGER,
-                 "no_signal": abi.FAULT_NO_SIGNAL}
+                 "no_signal": abi.FAULT_NO_SIGNAL, "overrun": abi.FAULT_OVERRUN,
+                 "underrun": abi.FAULT_UNDERRUN, "overread": abi.FAULT_OVERREAD}
 TABLE_KINDS = ("wrong_tile", "drop_dependency")
 
 
@@ -74,6 +80,9 @@ def locate(fault: Fault, graph) -> int:
     if fault.kind == "no_signal" and task.layer.signal_role is None:
         raise ValueError(f"fault no_signal: layer '{fault.layer}' signals no other rank (allreduce "
                          f"layers do)")
+    if fault.kind in ("overrun", "underrun", "overread") and (fault.element < 0 or not task.outputs):
+        raise ValueError(f"fault {fault.kind}: needs an output tile and element >= 0 (the gap in elements), "
+                         f"got element {fault.element}")
     if fault.kind == "perturb":
         n = 1
         for d in task.outputs[0].dims:

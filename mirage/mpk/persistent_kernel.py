@@ -9,13 +9,13 @@ import os
 
 import torch
 
-from . import abi, codegen, dist, faults, profiler, reuse, written
+from . import abi, codegen, dist, faults, memcheck, profiler, reuse, written
 from . import build as build_mod
 from . import graph as graph_mod
 from .dtypes import DType, bfloat16, to_dtype
-from .errors import MPKRuntimeError
+from .errors import MPKHangError, MPKRuntimeError
 from .faults import Fault
-from .layers import dim3, find_layer
+from .layers import check_aliasing, dim3, find_layer
 from .meta import build_meta
 from .runtime import Runtime
 from .tensor import (
@@ -140,6 +140,7 @@ class PersistentKernel:
         self.output_files: tuple[str, str] | None = None
         self._runtime: Runtime | None = None
         self._meta_at_first_launch: dict[str, torch.Tensor] | None = None
+        self._fences: memcheck.Fences | None = None
         self._finalized = False
         self.passes = 0                     # graph passes of the last launch
 
@@ -281,6 +282,10 @@ class PersistentKernel:
             if acc.written and acc.tensor.kind in (SHUFFLED, FUSED):
                 raise ValueError(f"layer '{layer.name}': output '{acc.tensor.name}' is a "
                                  f"{acc.tensor.kind} view; views are inputs only")
+        inplace = check_aliasing(layer)
+        if inplace and self.test_mode:     # poison would be read: these tiles are not checked (written.py)
+            log.warning("layer '%s' runs in place on %s: test mode cannot check those tiles for unwritten "
+                        "elements", layer.name, ", ".join(inplace))
         self.layers.append(layer)
 
     # ---- compile and run -------------------------------------------------------------------
@@ -408,10 +413,21 @@ class PersistentKernel:
         self._record = profiler.record_buffer(self.profiler_tensor, len(graph.tasks), self.device)
         config.update(in_order=0, profile=int(self.profile), task_record=self._record.data_ptr())
         self._allocate_symmetric(graph, config)     # collective: after every rank's compile
+        pointers = self._guard(graph, config)
         self._launch_args = (module, variants, config)    # for _rerun
-        self._runtime = Runtime(module, graph, variants, self._table(), meta, config, self.fault)
+        self._runtime = Runtime(module, graph, variants, self._table(), meta, config, self.fault, pointers)
         self.graph = graph
         self._watched = written.Watched(graph) if self.test_mode else None
+
+    def _guard(self, graph, config: dict) -> list[int] | None:
+        """Test mode: the pointers of the guarded copies kernels get (memcheck.py), made if need be, and
+        their guard table in config. None: plain pointers (outside test mode; under a sanitizer)."""
+        if not self.test_mode or self.sanitize:
+            return None
+        if self._fences is None:
+            self._fences = memcheck.Fences(self._table(), graph, self.device.type == "cpu")
+        config.update(self._fences.config())
+        return self._fences.pointers()
 
     def _allocate_symmetric(self, graph, config: dict) -> None:
         """Symmetric tensors and signal counters in node-shared memory (dist.SymmetricHeap)."""
@@ -451,14 +467,25 @@ class PersistentKernel:
         if self.device.type == "cuda" and not self.test_mode:   # enqueue on the caller's stream, return
             stream = kwargs.get("default_stream") or torch.cuda.current_stream(self.device)
             return self._runtime.launch_async(stream.cuda_stream)
+        if self._fences:
+            self._fences.copy_in()
         try:
             passes = self._runtime.launch()
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, MPKHangError):
+            if self._fences:            # a stuck kernel may still use the copies: never unmapped
+                self._fences.pinned = True
+                C.pythonapi.Py_IncRef(C.py_object(self._fences))
             if "still inside" in self._runtime.interrupted:   # a task kernel may still read or write them,
                 kept = [d.data for d in self._table() if d.data is not None]   # so they are never freed
                 for t in [*self.meta_tensors.values(), *kept]:             # (as its handle is not)
                     C.pythonapi.Py_IncRef(C.py_object(t))
             raise
+        except MPKRuntimeError:
+            if self._fences:        # (a kernel that failed may have gone out of bounds first: say so)
+                self._fences.finish(self._runtime)
+            raise
+        if self._fences:
+            self._fences.finish(self._runtime)
         self.passes = passes
         self._export_trace()
         if self.test_mode:
@@ -476,15 +503,20 @@ class PersistentKernel:
         """pk() once more on a second runtime of the same module, graph and tensors with these config
         fields changed (testing's serial re-run); this kernel's own runtime and trace are kept."""
         module, variants, base = self._launch_args
-        mine, profile = self._runtime, self.profile
-        self._runtime = Runtime(module, self.graph, variants, self._table(), self.meta_tensors,
-                                dict(base, **config, profile=0, task_record=None), self.fault)
+        mine, profile, finalized = self._runtime, self.profile, self._fences is None
+        config = dict(base, **config, profile=0, task_record=None)
+        pointers = self._guard(self.graph, config)      # after finalize(): fresh copies, for this run only
+        self._runtime = Runtime(module, self.graph, variants, self._table(), self.meta_tensors, config,
+                                self.fault, pointers)
         try:
             self.profile = False
             self()
         finally:
             self._runtime.finalize()
             self._runtime, self.profile = mine, profile
+            if finalized and self._fences is not None:
+                self._fences.close()
+                self._fences = None
 
     def run(self, **kwargs) -> None:
         """The same as pk(**kwargs) (MPK's newer files call pk.run())."""
@@ -514,6 +546,9 @@ class PersistentKernel:
         if self._runtime is not None:
             self._runtime.finalize()
             self._runtime = None
+        if getattr(self, "_fences", None) is not None:
+            self._fences.close()
+            self._fences = None
         if self._heap is not None:          # collective with world_size > 1: every rank finalizes
             self._heap.free()
             self._heap = None

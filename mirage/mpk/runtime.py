@@ -47,7 +47,8 @@ class Runtime:
     interrupted = ""        # why a launch was stopped by Ctrl-C (launch): the kernel is unusable
 
     def __init__(self, so_path: str, graph: Graph, variants: Variants, tensors: list[DTensor],
-                 meta: dict[str, torch.Tensor], config: dict, fault: Fault | None = None):
+                 meta: dict[str, torch.Tensor], config: dict, fault: Fault | None = None,
+                 pointers: list[int] | None = None):
         self.graph = graph
         self.lib = C.CDLL(so_path)
         abi.declare(self.lib)
@@ -57,7 +58,8 @@ class Runtime:
         if fault is not None:
             tasks = tasks.copy()
             _inject(fault, graph, tasks, config)
-        ptrs = (C.c_void_p * len(tensors))(*[t.data.data_ptr() for t in tensors])
+        pointers = pointers or [t.data.data_ptr() for t in tensors]   # test mode: the guarded copies
+        ptrs = (C.c_void_p * len(tensors))(*pointers)
         m = abi.MpkMeta(**{k: meta[k].data_ptr() for k in abi.META_FIELDS})
         cfg = abi.MpkConfig(abi_version=abi.ABI_VERSION, num_tasks=len(graph.tasks),
                             num_events=len(graph.events), num_tensors=len(tensors), **config)

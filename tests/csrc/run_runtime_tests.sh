@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds and runs the C++ runtime test (tests/csrc/test_runtime.cpp: the executor,
+# Builds and runs the C++ runtime tests (tests/csrc/test_runtime.cpp: the executor,
 # csrc/runtime/executor.cuh, on the CPU backend): plain -O2, then with 2-slot worker queues (the
 # scheduler waits for room), ThreadSanitizer and AddressSanitizer+UBSan.
 # Usage: tests/csrc/run_runtime_tests.sh [plain|small|thread|address ...]   (default: all)
@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="${TMPDIR:-/tmp}/mpk_runtime_tests"
 mkdir -p "$out"
-tests=(test_runtime)
+tests=(test_runtime test_guard)   # test_guard.cpp: csrc/runtime/guard.h alone
 for mode in "${@:-plain small thread address}"; do
   for m in $mode; do
     case "$m" in

@@ -1,7 +1,8 @@
 """The C++ tests of the runtime protocol, the SIMT emulation and the CPU kernels, run from pytest.
 
-The runtime test also runs under ThreadSanitizer and AddressSanitizer+UBSan, and with
-2-slot queues (the blocking-push path); each build prints one line per check. The SIMT test
+The runtime test (and test_guard.cpp, the guard-page handler) also runs under ThreadSanitizer
+and AddressSanitizer+UBSan, and with 2-slot queues (the blocking-push path); each build prints one
+line per check. The SIMT test
 (csrc/runtime/simt_cpu.h; docs/simt.md) runs plain, with the ucontext switch, under TSan (a
 missing barrier must be a TSan report, its fixed kernel clean) and under ASan+UBSan (raw
 shared/global overflows must be ASan reports); plain also runs the static __shared__ poison's negative
@@ -28,6 +29,7 @@ def _run(script: str, *args: str) -> str:
 def test_runtime_protocol(mode):
     out = _run("run_runtime_tests.sh", mode)
     assert "All runtime tests passed: 0 failure(s)" in out
+    assert "All guard tests passed: " in out          # tests/csrc/test_guard.cpp (runtime/guard.h)
     assert "WARNING: ThreadSanitizer" not in out and "ERROR: AddressSanitizer" not in out
     assert "runtime error:" not in out      # UBSan
 

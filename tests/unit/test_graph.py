@@ -14,6 +14,7 @@ import mirage
 from mirage.mpk import graph as graph_mod
 from mirage.mpk import testing
 from mirage.mpk.errors import GraphError
+from mirage.mpk.layers import tensor_init
 from mirage.mpk.persistent_kernel import PersistentKernel
 
 BLOCK = (128, 1, 1)
@@ -543,8 +544,9 @@ def test_in_place_is_allowed_but_a_race_within_a_layer_is_not():
     # a task reading rows another task of the same layer writes is a race
     n = Net()
     x, y = n.t("x", 8, 8), n.t("y", 8, 8)
-    # (tensor_init reads its dummy_input whole when grid.x is 1, while grid.y splits what it zeroes)
-    n.pk.tensor_init_layer(input=x, dummy_input=x, dummy_output=y, grid_dim=(1, 2, 1), block_dim=BLOCK)
+    # (tensor_init reads its dummy_input whole when grid.x is 1, while grid.y splits what it zeroes;
+    # PersistentKernel refuses that aliasing up front, check_aliasing: the verifier must refuse it too)
+    n.pk.layers.append(tensor_init.tensor_init_layer(n.pk, "tensor_init_0", x, x, y, (1, 2, 1), BLOCK))
     with pytest.raises(GraphError, match=r"layer 'tensor_init_0': task \(0, 0, 0\) reads elements that "
                                          r"task \(0, 1, 0\) of the same layer writes \(a race\)"):
         n.build(verify=False)

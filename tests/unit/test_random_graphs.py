@@ -178,8 +178,9 @@ class _Gen:
             h = rng.choice(self.widths)
             x = self.out((b, h), p_reuse=0.6)
             grid = (gb, rng.choice(divisors(h)), 1)
-            # dummy_input is read whole: x only if one task writes x, else the read races
-            others = [n for n in shape if n != x or grid == (1, 1, 1)]
+            # dummy_input is read whole, and never x: a layer's input sharing storage with an output it
+            # writes is refused unless declared (layers.check_aliasing; tensor_init declares none)
+            others = [n for n in shape if n != x]
             dummy_in = rng.choice(others) if others else self.new("x", (b, h), True)
             spec = LayerSpec(kind, {"input": x, "dummy_input": dummy_in, "dummy_output": self.any_tensor()},
                              grid)

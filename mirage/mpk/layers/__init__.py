@@ -49,6 +49,10 @@ class Layer:
     # case where that value moves the reference beyond the tolerance (testing.check_scalars).
     scalars: dict = field(default_factory=dict)
     block: tuple[int, int, int] = (128, 1, 1)    # block_dim as given; at most the worker block's threads
+    # In-place use the kernel supports: output role -> the input roles it may share storage with
+    # (each task reads its own tile whole before storing it). Any other sharing is refused
+    # (check_aliasing). An in-place output is not poisoned, so not checked for unwritten elements.
+    inplace: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def cpp_function(self) -> str:
@@ -115,6 +119,26 @@ def check_tensor(layer: str, role: str, t: object, *, ndim: int | None = None,
 def storage(t: DTensor) -> set[str]:
     """Names of the storage-owning tensors behind `t` (a fused view: its sources)."""
     return {s.name for s in t.sources} if t.kind == FUSED else {t.name}
+
+
+def check_aliasing(layer: Layer) -> list[str]:
+    """A written output sharing storage with an input of the same layer (the same tensor, or a fused
+    view of it) is refused unless the layer declares that in-place use (Layer.inplace). Attached
+    tensors never overlap each other (attach_input), so sharing storage is sharing bytes. Returns the
+    declared in-place uses found ("'T' (output = input_a)")."""
+    found = []
+    for out in (acc for acc in layer.outputs if acc.written):
+        for inp in layer.inputs:
+            shared = storage(out.tensor) & storage(inp.tensor)
+            if shared and inp.role in layer.inplace.get(out.role, ()):
+                found.append(f"'{sorted(shared)[0]}' ({out.role} = {inp.role})")
+            elif shared:
+                allowed = {o: list(i) for o, i in layer.inplace.items()} or "none"
+                raise ValueError(f"layer '{layer.name}': tensor '{sorted(shared)[0]}' is both its input "
+                                 f"'{inp.role}' ('{inp.tensor.name}') and its output '{out.role}' "
+                                 f"('{out.tensor.name}'); a {layer.kind} layer may not run in place there "
+                                 f"(in-place uses it declares: {allowed}). Write to a separate tensor")
+    return found
 
 
 def check_grid(layer: str, grid_dim: object, block_dim: object) -> tuple[int, int, int]:

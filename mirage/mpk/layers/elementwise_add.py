@@ -23,4 +23,5 @@ def elementwise_add_layer(pk, name: str, input_a, input_b, output, grid_dim, blo
     inputs = [tiled_2d("input_a", a), tiled_2d("input_b", b)]
     outputs = [tiled_2d("output", y)]
     check_splits(name, grid, inputs, outputs)
-    return Layer(name, "elementwise_add", grid, inputs, outputs, (a.dtype,))
+    return Layer(name, "elementwise_add", grid, inputs, outputs, (a.dtype,),
+                 inplace={"output": ("input_a", "input_b")})

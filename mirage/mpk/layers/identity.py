@@ -32,4 +32,5 @@ def identity_layer(pk, name: str, input, output, grid_dim, block_dim, dependent_
     if dependent_tensor is not None:
         inputs.append(Access("dependent_tensor", check_tensor(name, "dependent_tensor", dependent_tensor)))
     check_splits(name, grid, inputs, outputs)
-    return Layer(name, "identity", grid, inputs, outputs, (x.dtype,), checks=(FINITE, NONZERO))
+    return Layer(name, "identity", grid, inputs, outputs, (x.dtype,), checks=(FINITE, NONZERO),
+                 inplace={"output": ("input",)})

@@ -21,4 +21,5 @@ def linear_with_residual_layer(pk, name: str, input, weight, residual, output, g
     inputs, outputs = linear_accesses(name, grid, input, weight, output, extra=[("residual", residual)])
     add_residual = int(pk.world_size == 1 or pk.mpi_rank == 0)
     return Layer(name, "linear_with_residual", grid, inputs, outputs, (inputs[0].tensor.dtype,),
-                 iparams=(add_residual,), params={"add_residual": bool(add_residual)})
+                 iparams=(add_residual,), params={"add_residual": bool(add_residual)},
+                 inplace={"output": ("residual",)})

@@ -33,4 +33,4 @@ def rmsnorm_layer(pk, name: str, input, weight, output, grid_dim, block_dim, eps
     outputs = [Access("output", y, rows)]
     check_splits(name, grid, inputs, outputs)
     return Layer(name, "rmsnorm", grid, inputs, outputs, (x.dtype,), fparams=(float(eps),),
-                 params={"eps": float(eps)}, scalars=dict(SCALARS))
+                 params={"eps": float(eps)}, scalars=dict(SCALARS), inplace={"output": ("input",)})

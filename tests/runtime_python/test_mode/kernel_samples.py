@@ -8,9 +8,7 @@ here instead:
     so the sample's module is cached like any other and never mixed up with the real csrc/'s;
   - the layer module: a types.ModuleType registered in sys.modules as mirage.mpk.layers.<stem>,
     where find_layer and task_type_of import layers by name.
-`install(monkeypatch, csrc)` does both for one test (monkeypatch undoes them); subprocess_test_mode
-registers the module in a subprocess (test_kernel_negative_controls.py runs case 7's test mode that
-way: python -c, MPK_CSRC_DIR in its environment).
+`install(monkeypatch, csrc)` does both for one test (monkeypatch undoes them).
 
 negctl_twice (kernel_samples/negctl_twice.cuh): y = 2 x per row, correct with bug=OK; every other
 value of BUGS switches on one bug (the .cuh's header describes each).
@@ -138,17 +136,3 @@ def run_test_mode(x: torch.Tensor, bug: str, grid: int, jitter: int) -> torch.Te
         return out
     finally:
         pk.finalize()
-
-
-def subprocess_test_mode(bug: str, rows: int, cols: int, grid: int, jitter: int) -> None:
-    """The body of a subprocess (python -c, MPK_CSRC_DIR set by the caller) for a test-mode run that
-    may corrupt this process's heap (a write past a tensor's end: test mode has no red zones yet).
-    Prints one OUTCOME line: PASS, or the exception's type and message."""
-    sys.modules[f"mirage.mpk.layers.{SAMPLE}"] = layer_module()
-    x = testing.randn((rows, cols), torch.float32, testing.generator(offset=rows * cols))
-    try:
-        run_test_mode(x, bug, grid, jitter)
-        outcome = "PASS"
-    except Exception as e:           # what test mode raised is the result: the parent judges it
-        outcome = f"{type(e).__name__}: {e}"
-    print(f"OUTCOME {outcome}", flush=True)

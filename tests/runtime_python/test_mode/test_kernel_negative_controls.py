@@ -20,12 +20,9 @@ its layer module; nothing under mirage/ or csrc/ changes). bug="ok" is the posit
   6  out_of_tile          memcheck      MPKFootprintError (poison)           equal values: nothing;
                                                                              else only if the order is
                                                                              unlucky
-  7  out_of_tensor        memcheck      MPKFootprintError (red zone)         check_output passes, then
-                                                                             glibc aborts (heap
-                                                                             corruption): a subprocess
+  7  out_of_tensor        memcheck      MPKFootprintError (red zone)         MPKMemoryError (red zone),
+                                                                             the process unharmed
   8  halo_read            memcheck      MPKFootprintError (2 poisons)        nothing (alpha = 0)
-
-One xfail names what is missing today: a memory-safe test mode (case 7).
 
 Every caught message is printed (pytest -s shows them). Grid: 3 tasks of 2 rows of a [6, 160]
 fp32 tensor on 128 threads: two column chunks per row, the second ragged.
@@ -34,14 +31,13 @@ Run: python tests/runtime_python/test_mode/test_kernel_negative_controls.py   (o
 """
 import os
 import re
-import subprocess
 import sys
 
 import pytest
 import torch
 
 from mirage.mpk import testing
-from mirage.mpk.errors import MPKFootprintError, MPKRuntimeError
+from mirage.mpk.errors import MPKFootprintError, MPKMemoryError, MPKRuntimeError
 
 # The messages asserted are the CPU emulation's (on a GPU a divergent barrier hangs, or worse).
 pytestmark = pytest.mark.skipif(os.environ.get("MPK_TEST_DEVICE", "cpu") != "cpu",
@@ -268,37 +264,20 @@ def test_6_out_of_tile_write():
                    "each neighbour wrote its row after the stray write")
 
 
-def test_7_out_of_tensor_write(out_of_tensor_in_subprocess):
-    """The last task writes the row after the tensor's end: the red zone after 'y' (640 bytes = one
-    row past its 3840)."""
+def test_7_out_of_tensor_write():
+    """The last task writes the row after the tensor's end: at kernel level the red zone after 'y'
+    (640 bytes = one row past its 3840); in test mode too, where every tensor a kernel gets lies
+    between red zones and guard pages (docs/runtime.md, 'Memory safety in test mode'): a Python
+    exception naming the task, in this process, whose heap stays intact (the positive control runs
+    after it)."""
     msg = kernel_raises("7 out-of-tensor write", "out_of_tensor", MPKFootprintError, coords=[(GRID - 1,)])
     assert msg == (f"task (2, 0, 0) of layer '{LAYER}' (negctl_twice) writes outside tensor 'y' (float32, "
                    f"(6, 160), 3840 bytes): bytes [3840, 4480) relative to its first element, past its end "
                    f"(first poison)"), msg
-    rc, out, err = out_of_tensor_in_subprocess
-    print(f"\nTEST MODE [7 out-of-tensor write] (subprocess): exit code {rc}; "
-          f"stdout: {out.strip()[-400:]!r}; stderr: {err.strip()[-1500:]!r}")
-    # It may pass, fail, or die of the heap it corrupted; it must not die without a word.
-    assert "OUTCOME " in out or (rc != 0 and err.strip()), (rc, out, err)
-
-
-@pytest.mark.xfail(strict=True, reason="memory-safe test mode lands with the memsafe branch")
-def test_7_out_of_tensor_write_test_mode_raises_memory_error(out_of_tensor_in_subprocess):
-    rc, out, err = out_of_tensor_in_subprocess
-    assert "OUTCOME MPKMemoryError: " in out, (rc, out, err)
-    assert "'y'" in out and LAYER in out, out
-
-
-@pytest.fixture(scope="module")
-def out_of_tensor_in_subprocess(sample_csrc) -> tuple[int, str, str]:
-    """Case 7 in test mode, in a subprocess (run once for the two tests above): today the stray row
-    lands in the heap after the torch tensor. -X faulthandler: a crash prints its Python stack."""
-    code = (f"import sys; sys.path.insert(0, {HERE!r}); import kernel_samples; "
-            f"kernel_samples.subprocess_test_mode('out_of_tensor', {ROWS}, {COLS}, {GRID}, {JITTER})")
-    env = dict(os.environ, MPK_CSRC_DIR=sample_csrc)
-    p = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], capture_output=True, text=True,
-                       env=env, timeout=120)
-    return p.returncode, p.stdout, p.stderr
+    msg = raises_in_test_mode("7 out-of-tensor write", "out_of_tensor", MPKMemoryError)
+    assert msg.startswith(f"task (2, 0, 0) of layer '{LAYER}' wrote bytes [3840, 4480) of tensor 'y', which "
+                          f"has 3840 bytes: 640 bytes past its end"), msg
+    ks.run_test_mode(x_random(), "ok", GRID, JITTER)
 
 
 def test_8_read_outside_the_input_tile():
