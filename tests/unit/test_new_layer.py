@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from mirage.mpk import scaffold
+from mirage.mpk import layers, scaffold
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEM = "scaled_demo"
@@ -50,17 +50,28 @@ def layer_paths(stem: str) -> list[str]:
             f"{folder}/test_{stem}.py", f"{folder}/test_{stem}_testmode.py"]
 
 
+def next_free(checkout) -> int:
+    """The task type new-layer should give the next layer: the checkout's lowest free extension number."""
+    declared = scaffold.declared_task_types(str(checkout / "mirage" / "mpk" / "layers"))
+    return layers.next_free_task_type(declared.values())
+
+
 @pytest.fixture(scope="module")
-def generated(checkout):
+def first_task_type(checkout) -> int:
+    return next_free(checkout)        # before new-layer runs; 1000 until the repository has extension layers
+
+
+@pytest.fixture(scope="module")
+def generated(checkout, first_task_type):
     proc = new_layer(checkout, STEM)
     assert proc.returncode == 0, proc.stderr
     assert all((checkout / p).is_file() for p in layer_paths(STEM)), proc.stdout
     return checkout
 
 
-def test_generated_layer_passes_its_tests_and_the_layer_checks(generated):
+def test_generated_layer_passes_its_tests_and_the_layer_checks(generated, first_task_type):
     text = (generated / "mirage" / "mpk" / "layers" / f"{STEM}.py").read_text()
-    assert "TASK_TYPE = 1000\n" in text, "the first extension layer takes 1000"
+    assert f"TASK_TYPE = {first_task_type}\n" in text, "not the next free extension number"
     # ruff is a test dependency (the `test` extra); the project's `ruff check .` sees these files
     lint = run([sys.executable, "-m", "ruff", "check", *[p for p in layer_paths(STEM) if p.endswith(".py")]],
                generated)
@@ -98,12 +109,14 @@ def test_refusals_write_nothing(generated, tmp_path):
         scaffold.new_layer("fine", str(tmp_path))
 
 
-def test_next_layer_takes_the_next_number_and_collisions_are_named(generated):
+def test_next_layer_takes_the_next_number_and_collisions_are_named(generated, first_task_type):
+    expected = next_free(generated)
+    assert expected > first_task_type
     proc = new_layer(generated, "second_demo")
     assert proc.returncode == 0, proc.stderr
     module = generated / "mirage" / "mpk" / "layers" / "second_demo.py"
-    assert "TASK_TYPE = 1001\n" in module.read_text()
-    module.write_text(module.read_text().replace("TASK_TYPE = 1001\n", "TASK_TYPE = 119\n"))
+    assert f"TASK_TYPE = {expected}\n" in module.read_text()
+    module.write_text(module.read_text().replace(f"TASK_TYPE = {expected}\n", "TASK_TYPE = 119\n"))
     check = run([sys.executable, "-c", "from mirage.mpk import layers; layers.task_type_of('rmsnorm')"],
                 generated)
     assert check.returncode != 0, "a task type shared with rmsnorm must be refused"
