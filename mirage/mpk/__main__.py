@@ -1,4 +1,5 @@
-"""python -m mirage.mpk doctor | cache [list|clear|path] | inspect <task_graph.json or output_dir>"""
+"""python -m mirage.mpk doctor | cache [list|clear|path] | inspect <task_graph.json or output_dir>
+                 | new-layer <stem> [--root DIR]   (the files of a new layer: mirage/mpk/scaffold.py)"""
 from __future__ import annotations
 
 import os
@@ -166,9 +167,13 @@ def inspect(path: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("doctor", "cache", "inspect") or (argv[0] == "inspect" and len(argv) < 2):
+    if not argv or argv[0] not in ("doctor", "cache", "inspect", "new-layer") or (
+            argv[0] == "inspect" and len(argv) < 2):
         print(__doc__, file=sys.stderr)
         return 2
+    if argv[0] == "new-layer":
+        from .scaffold import main as new_layer
+        return new_layer(argv[1:])
     if argv[0] == "doctor":
         return doctor()
     if argv[0] == "cache":

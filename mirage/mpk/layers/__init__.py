@@ -2,13 +2,20 @@
 
 A layer module checks shapes, states its partition map and returns a `Layer`; it never
 compiles or runs anything. The helpers below are the shared vocabulary of those checks.
+
+Task types: each layer module's `TASK_TYPE` is the number its tasks carry in the task table and
+in task_graph_rank{R}.json. Where MPK has the task, it is MPK's `TaskType` number (MPK numbers
+layer tasks from 100 up and its event types 900-999: `MPK_TASK_TYPES`). A layer MPK does not have
+takes the next free number of `EXTENSION_TASK_TYPES`, 1000-1999, "mirage-mpk extensions"
+(`python -m mirage.mpk new-layer <stem>` writes it). `task_type_of` raises when a module's number
+is in neither range or two modules share one, naming the modules and the next free number.
 """
 from __future__ import annotations
 
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 from ..dtypes import DType
 from ..tensor import FUSED, DTensor, group_chunks
@@ -72,10 +79,52 @@ def kernel_function(kind: str, template: tuple[DType, ...]) -> str:
     return f"mpk::{kind}_task<{', '.join(d.cpp for d in template)}>"
 
 
+# MPK_TASK_FIRST_LAYER (csrc/runtime/abi.h) up to MPK's event types (900-999), which no task uses.
+MPK_TASK_TYPES = range(100, 900)
+EXTENSION_TASK_TYPES = range(1000, 2000)     # mirage-mpk extensions: layers MPK has no TaskType for
+
+
+def layer_stems() -> list[str]:
+    """Every layer module's stem (layers/<stem>.py; `_`-prefixed modules are helpers)."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+
+
 def task_type_of(kind: str) -> int:
-    """The stable task type of a layer kind: its module's TASK_TYPE (MPK's TaskType number where
-    MPK has the task), the same in every graph's JSON and task table."""
-    return importlib.import_module(f"{__name__}.{kind}").TASK_TYPE
+    """The stable task type of a layer kind: its module's TASK_TYPE, the same in every graph's JSON
+    and task table; checked against every other layer module's (check_task_types)."""
+    types = {stem: getattr(importlib.import_module(f"{__name__}.{stem}"), "TASK_TYPE", None)
+             for stem in layer_stems()}
+    return check_task_types(types)[kind]
+
+
+def next_free_task_type(used: Iterable[object]) -> int:
+    """The lowest number of EXTENSION_TASK_TYPES that no layer module uses."""
+    taken = {n for n in used if isinstance(n, int)}
+    return next(n for n in EXTENSION_TASK_TYPES if n not in taken)
+
+
+def check_task_types(types: dict[str, object]) -> dict[str, int]:
+    """stem -> TASK_TYPE of every layer module, or ValueError naming the module(s) and the fix:
+    each an int in MPK_TASK_TYPES (MPK's TaskType) or EXTENSION_TASK_TYPES, no two alike."""
+    free = next_free_task_type(types.values())
+    for stem, n in types.items():
+        if not (isinstance(n, int) and not isinstance(n, bool)) or (
+                n not in MPK_TASK_TYPES and n not in EXTENSION_TASK_TYPES):
+            what = "declares no TASK_TYPE" if n is None else f"TASK_TYPE = {n!r} is not a task type"
+            raise ValueError(
+                f"layers/{stem}.py {what}: use MPK's TaskType number "
+                f"({MPK_TASK_TYPES.start}-{MPK_TASK_TYPES.stop - 1}) where MPK has the task, else the next "
+                f"free mirage-mpk extension number, {free} (range {EXTENSION_TASK_TYPES.start}-"
+                f"{EXTENSION_TASK_TYPES.stop - 1})")
+    owners: dict[int, str] = {}
+    for stem, n in sorted(types.items()):
+        if n in owners:
+            raise ValueError(
+                f"layers/{owners[n]}.py and layers/{stem}.py both declare TASK_TYPE = {n}: task types name "
+                f"a layer kind in the task table and task_graph_rank{{R}}.json, so each must be unique; "
+                f"give the one MPK does not number the next free extension number, {free}")
+        owners[n] = stem
+    return types
 
 
 def find_layer(method: str) -> Callable[..., Layer]:
@@ -86,7 +135,7 @@ def find_layer(method: str) -> Callable[..., Layer]:
     except ModuleNotFoundError as e:
         if e.name != f"{__name__}.{stem}":
             raise                         # the layer exists but one of its imports is missing
-        known = sorted(f"{m.name}_layer" for m in pkgutil.iter_modules(__path__) if m.name[0] != "_")
+        known = [f"{stem}_layer" for stem in layer_stems()]
         raise AttributeError(f"PersistentKernel has no layer '{method}' (no module mirage/mpk/layers/"
                              f"{stem}.py); known layers: {', '.join(known)}") from None
     return getattr(module, method)
