@@ -188,14 +188,15 @@ if __name__ == "__main__":
 '''
 
 KERNEL_TEST = '''\
-"""${stem}: the kernel alone (testing.run_tasks).
+"""${stem}: the kernel alone (testing.run_tasks; docs/kernel_tests.md).
 
 Each task runs by itself on one emulated worker block, with no scheduler and everything outside its
-declared tiles poisoned, so a wrong index names the task's grid coordinate (testing.MPKFootprintError)
-instead of failing a whole graph. Iterate on the kernel here; test_*_testmode.py runs it in a graph.
+declared tiles poisoned: a task that writes outside its output tiles, reads outside its input tiles,
+races with itself or leaves an output element unwritten is a testing.MPKFootprintError naming its grid
+coordinate, the tensor and the elements. Iterate on the kernel here; test_${stem}_testmode.py runs it in
+a graph. Both use pytorch_reference.py.
 
-Run: python -m pytest tests/runtime_python/${stem}/test_${stem}.py
-     python tests/runtime_python/${stem}/test_${stem}.py
+Run: python tests/runtime_python/${stem}/test_${stem}.py   (or pytest this file; -k to pick cases)
 """
 import sys
 
@@ -206,60 +207,49 @@ from mirage.mpk import testing
 
 ref = testing.load_reference(__file__)
 
-# TODO: remove once testing.run_tasks is merged (the kernel-level API this file is written against).
-NO_RUN_TASKS = "mirage.mpk.testing.run_tasks (the kernel-level runner) is not in this checkout yet"
-needs_run_tasks = pytest.mark.skipif(not hasattr(testing, "run_tasks"), reason=NO_RUN_TASKS)
-
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
-TARGETS = [80, 90]       # a 128-thread worker block (sm_80) and MPK's 256 threads from Hopper on (sm_90)
+TARGETS = [80, 90]       # the worker block: 128 threads (sm_80), 256 (sm_90a / sm_100a)
 SCALE = 2.0
-# No strided-input case: attach_input takes contiguous tensors and grid.x splits whole rows, so every
-# tile this layer is given is contiguous (the kernel still honours any column stride).
+# (rows, cols, grid.x, coords): every task of an even split; the edge tasks of a non-power-of-two split
+# (3 tiles of 2 rows); one-row tiles narrower than a warp.
+SHAPES = [(16, 384, 4, None), (6, 96, 3, "edges"), (5, 7, 5, None)]
 
 
-def run_layer(dtype, rows: int, cols: int, grid: int, coords=None, target_cc: int = 80):
-    """Run the layer's tasks (coords: None = all, "edges" = first and last) and check what they wrote."""
-    x = testing.randn((rows, cols), dtype, testing.generator(offset=rows * 1000 + cols))
-    tensors = {"x": x, "out": torch.zeros(rows, cols, dtype=dtype)}
+def block_dim(target_cc: int) -> tuple[int, int, int]:
+    return (256 if target_cc >= 90 else 128, 1, 1)
 
+
+def run_kernel(dtype, x, grid, coords, target_cc):
+    """run_tasks over the layer's tasks, then the evidence over the tiles of the tasks that ran."""
     def layer_call(pk, t):
-        pk.${stem}_layer(input=t["x"], output=t["out"], grid_dim=(grid, 1, 1),
-            block_dim=(128, 1, 1), scale=SCALE)
+        pk.${stem}_layer(input=t["x"], output=t["out"], grid_dim=(grid, 1, 1), block_dim=block_dim(target_cc),
+            scale=SCALE)
 
-    run = testing.run_tasks(layer_call, tensors, coords, target_cc=target_cc)
-    run.check("out", ref.${stem}(x, SCALE), testing.tol_elementwise(dtype))
+    run = testing.run_tasks(layer_call, {"x": x, "out": torch.zeros(x.shape, dtype=dtype)}, coords,
+                            target_cc=target_cc)
+    run.check("out", ref.${stem}(x, SCALE), testing.tol_elementwise(dtype), inputs=(x,))
     return run
 
 
-@needs_run_tasks
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("target_cc", TARGETS)
-def test_whole_grid(dtype, target_cc):
-    run_layer(dtype, 16, 384, 4, target_cc=target_cc)
-
-
-@needs_run_tasks
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
-def test_edge_tiles_of_a_non_power_of_two_split(dtype):
-    run_layer(dtype, 6, 96, 3, coords="edges")     # tasks (0, 0, 0) and (2, 0, 0) of 3 tiles of 2 rows
+@pytest.mark.parametrize("rows,cols,grid,coords", SHAPES)
+def test_kernel(dtype, rows, cols, grid, coords, target_cc):
+    x = testing.randn((rows, cols), dtype, testing.generator(offset=rows * 1000 + cols))
+    run_kernel(dtype, x, grid, coords, target_cc)
 
 
-@needs_run_tasks
+@pytest.mark.parametrize("target_cc", TARGETS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
-def test_one_row_tiles(dtype):
-    run_layer(dtype, 5, 7, 5)                      # 5 tasks of one row, fewer columns than a warp
+def test_kernel_strided(dtype, target_cc):
+    # x a column block of a wider matrix: its row stride (3 * cols) is not its width, so a kernel that
+    # takes one tensor's strides for another's fails here
+    wide = testing.randn((6, 3 * 96), dtype, testing.generator(offset=7))
+    run_kernel(dtype, wide[:, 96:192], 3, None, target_cc)
 
 
 if __name__ == "__main__":
-    if not hasattr(testing, "run_tasks"):
-        print(f"SKIP ${stem} kernel-level cases: {NO_RUN_TASKS}")
-        sys.exit(0)
-    for dtype in DTYPES:
-        for target_cc in TARGETS:
-            test_whole_grid(dtype, target_cc)
-        test_edge_tiles_of_a_non_power_of_two_split(dtype)
-        test_one_row_tiles(dtype)
-    print("All ${stem} kernel-level cases PASS")
+    testing.run_pytest_file_as_script(__file__, sys.argv[1:])
 '''
 
 

@@ -1,11 +1,9 @@
-"""layernorm: the kernel alone (testing.run_tasks).
+"""layernorm_layer's kernel alone (csrc/tasks/layernorm.cuh; testing.run_tasks, docs/kernel_tests.md):
+each task on one block, nothing else running, every byte around its tiles poisoned (writes only its
+output tiles, reads only its input tiles, independent of its threads' order, every output written).
 
-Each task runs by itself on one emulated worker block, with no scheduler and everything outside its
-declared tiles poisoned, so a wrong index names the task's grid coordinate (testing.MPKFootprintError)
-instead of failing a whole graph. Iterate on the kernel here; test_*_testmode.py runs it in a graph.
-
-Run: python -m pytest tests/runtime_python/layernorm/test_layernorm.py
-     python tests/runtime_python/layernorm/test_layernorm.py
+Run: python tests/runtime_python/layernorm/test_layernorm.py   (or pytest this file; -k to pick cases)
+The integration test is test_layernorm_testmode.py beside it; both use pytorch_reference.py.
 """
 import sys
 
@@ -18,59 +16,54 @@ ref = testing.load_reference(__file__)
 # the budget of the kernel's arithmetic, one definition for both tests
 tol_layernorm = testing.load_reference(__file__, "test_layernorm_testmode").tol_layernorm
 
-# TODO: remove once testing.run_tasks is merged (the kernel-level API this file is written against).
-NO_RUN_TASKS = "mirage.mpk.testing.run_tasks (the kernel-level runner) is not in this checkout yet"
-needs_run_tasks = pytest.mark.skipif(not hasattr(testing, "run_tasks"), reason=NO_RUN_TASKS)
-
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
-TARGETS = [80, 90]       # a 128-thread worker block (sm_80) and MPK's 256 threads from Hopper on (sm_90)
+TARGETS = [80, 90]       # the worker block: 128 threads (sm_80), 256 (sm_90a / sm_100a)
 EPS = 1e-5
-# No strided-input case: attach_input takes contiguous tensors and grid.x splits whole rows, so every
-# tile this layer is given is contiguous (the kernel still honours any column stride).
+# (batch, hidden, grid.x, coords): 4 rows a task, more columns than threads; the edge tasks of a
+# non-power-of-two split (3 tiles of 2 rows); one-row tiles narrower than a warp.
+SHAPES = [(16, 4096, 4, None), (6, 384, 3, "edges"), (5, 7, 5, None)]
 
 
-def run_layer(dtype, batch: int, hidden: int, grid: int, coords=None, target_cc: int = 80):
-    """Run the layer's tasks (coords: None = all, "edges" = first and last) and check what they wrote."""
-    gen = testing.generator(offset=batch * 1000 + hidden)
-    x = (testing.randn((batch, hidden), torch.float32, gen) + 2.0).to(dtype)
-    w, b = testing.randn((hidden,), dtype, gen), testing.randn((hidden,), dtype, gen)
-    tensors = {"x": x, "w": w, "b": b, "out": torch.zeros(batch, hidden, dtype=dtype)}
+def block_dim(target_cc: int) -> tuple[int, int, int]:
+    return (256 if target_cc >= 90 else 128, 1, 1)
 
+
+def inputs(dtype, batch, hidden, offset):
+    gen = testing.generator(offset=offset)
+    x = (testing.randn((batch, hidden), torch.float32, gen) + 2.0).to(dtype)   # a mean to subtract
+    return x, testing.randn((hidden,), dtype, gen), testing.randn((hidden,), dtype, gen)
+
+
+def run_kernel(dtype, x, w, b, grid, coords, target_cc):
+    """run_tasks over layernorm's tasks, then the evidence over the tiles of the tasks that ran."""
     def layer_call(pk, t):
         pk.layernorm_layer(input=t["x"], weight=t["w"], bias=t["b"], output=t["out"], grid_dim=(grid, 1, 1),
-                           block_dim=(128, 1, 1), eps=EPS)
+                           block_dim=block_dim(target_cc), eps=EPS)
 
+    tensors = {"x": x, "w": w, "b": b, "out": torch.zeros(x.shape, dtype=dtype)}
     run = testing.run_tasks(layer_call, tensors, coords, target_cc=target_cc)
-    run.check("out", ref.layernorm(x, w, b, EPS), tol_layernorm(dtype, x, w, b, EPS))
+    run.check("out", ref.layernorm(x, w, b, EPS), tol_layernorm(dtype, x, w, b, EPS), inputs=(x,))
     return run
 
 
-@needs_run_tasks
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("target_cc", TARGETS)
-def test_whole_grid(dtype, target_cc):
-    run_layer(dtype, 16, 4096, 4, target_cc=target_cc)     # 4 rows a task, more columns than threads
-
-
-@needs_run_tasks
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
-def test_edge_tiles_of_a_non_power_of_two_split(dtype):
-    run_layer(dtype, 6, 384, 3, coords="edges")     # tasks (0, 0, 0) and (2, 0, 0) of 3 tiles of 2 rows
+@pytest.mark.parametrize("batch,hidden,grid,coords", SHAPES)
+def test_layernorm_kernel(dtype, batch, hidden, grid, coords, target_cc):
+    x, w, b = inputs(dtype, batch, hidden, batch * 1000 + hidden)
+    run_kernel(dtype, x, w, b, grid, coords, target_cc)
 
 
-@needs_run_tasks
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
-def test_one_row_tiles(dtype):
-    run_layer(dtype, 5, 7, 5)                      # 5 tasks of one row, fewer columns than a warp
+@pytest.mark.parametrize("target_cc", TARGETS)
+@pytest.mark.parametrize("dtype", [pytest.param(torch.bfloat16, marks=pytest.mark.quick), torch.float32],
+                         ids=lambda d: str(d)[6:])
+def test_layernorm_kernel_strided(dtype, target_cc):
+    """x a column block of a wider matrix (row stride 3 * hidden), w and b every other element of a
+    longer vector: a kernel taking one tensor's strides for another's fails."""
+    x, w, b = inputs(dtype, 6, 3 * 160, 11)
+    w2, b2 = inputs(dtype, 1, 320, 12)[1:]
+    run_kernel(dtype, x[:, 160:320], w2[::2], b2[::2], 3, None, target_cc)
 
 
 if __name__ == "__main__":
-    if not hasattr(testing, "run_tasks"):
-        print(f"SKIP layernorm kernel-level cases: {NO_RUN_TASKS}")
-        sys.exit(0)
-    for dtype in DTYPES:
-        for target_cc in TARGETS:
-            test_whole_grid(dtype, target_cc)
-        test_edge_tiles_of_a_non_power_of_two_split(dtype)
-        test_one_row_tiles(dtype)
-    print("All layernorm kernel-level cases PASS")
+    testing.run_pytest_file_as_script(__file__, sys.argv[1:])
