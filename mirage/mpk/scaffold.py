@@ -215,8 +215,7 @@ SCALE = 2.0
 SHAPES = [(16, 384, 4, None), (6, 96, 3, "edges"), (5, 7, 5, None)]
 
 
-def block_dim(target_cc: int) -> tuple[int, int, int]:
-    return (256 if target_cc >= 90 else 128, 1, 1)
+block_dim = testing.worker_block_dim     # 128 threads (sm_80), 256 from Hopper on
 
 
 def run_kernel(dtype, x, grid, coords, target_cc):

@@ -19,7 +19,15 @@ from .diagnosis import assert_no_divergence, first_divergence, nan_note, tiling_
 from .evidence import Comparison, compare, digest, evidence, say
 from .inputs import generator, load_reference, randn, seed
 from .keep import failure_dir, keep_failure
-from .kernel import KernelRun, MPKFootprintError, run_tasks
+from .kernel import (
+    KernelRun,
+    MPKFootprintError,
+    case_params,
+    run_tasks,
+    same_bits,
+    strided_view,
+    worker_block_dim,
+)
 from .ranks import (
     ONE_RANK,
     TP_KINDS,
@@ -49,7 +57,8 @@ from .tolerances import (
 
 __all__ = [
     "run_pytest_file_as_script",
-    "KernelRun", "MPKFootprintError", "run_tasks",
+    "KernelRun", "MPKFootprintError", "run_tasks", "case_params", "same_bits", "strided_view",
+    "worker_block_dim",
     "capture_log", "cpu_config", "run_cases_as_script", "assert_close", "assert_equal",
     "check_layer_outputs", "check_nonvacuous", "check_output", "assert_no_divergence", "first_divergence",
     "nan_note", "tiling_warning", "Comparison", "compare", "digest", "evidence", "say", "generator",

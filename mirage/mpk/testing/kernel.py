@@ -450,3 +450,46 @@ def _collect(h: _Harness, layer: Layer, tasks: list[Task], results: dict, dts: d
             dts[t.name].data[cover] = out[cover]
         outputs[t.name], covered[t.name] = out, cover
     return KernelRun(layer, tasks, outputs, covered, h)
+
+
+# ---- what the layers' kernel-level tests share (tests/runtime_python/<stem>/test_<stem>.py)
+
+def worker_block_dim(target_cc: int) -> tuple[int, int, int]:
+    """block_dim of a task on the worker block of target_cc: 256 threads from Hopper (90) on, else 128."""
+    return (256 if target_cc >= 90 else 128, 1, 1)
+
+
+def strided_view(shape, layout, dtype, gen: torch.Generator, scale: float = 1.0, zeros: bool = False):
+    """A [rows, cols] view with strides `layout` ((row, column) stride; None: contiguous) of random (or
+    zero) storage; the storage between its elements is random too (run_tasks poisons it anyway)."""
+    from .inputs import randn
+
+    rows, cols = shape
+    rs, cs = layout or (cols, 1)
+    if rs < cols * cs:
+        raise ValueError(f"strided_view: layout {layout} overlaps the rows of {shape}")
+    n = (rows - 1) * rs + (cols - 1) * cs + 1
+    base = torch.zeros(n, dtype=dtype) if zeros else randn((n,), dtype, gen, scale=scale)
+    return base.as_strided(shape, (rs, cs))
+
+
+def same_bits(run: KernelRun, other: KernelRun, name: str, what: str) -> None:
+    """Output `name` of two runs is bit-identical on the elements the first one's tasks wrote."""
+    cover = run.covered[name]
+    a, b = run.outputs[name][cover], other.outputs[name][cover]
+    differ = int((a.view(_INT[a.element_size()]) != b.view(_INT[b.element_size()])).sum())
+    assert differ == 0, f"{run.layer.name}: {differ} of {a.numel()} outputs' bits differ from {what}"
+
+
+def case_params(rows: list[tuple], quick: tuple | None = None) -> list:
+    """pytest params of `rows` (ids from their values; the last is target_cc), the row `quick` marked
+    `quick`: one case per layer in the quick subset (pytest -m quick, and the sanitizer runs)."""
+    import pytest
+
+    def show(v) -> str:
+        if isinstance(v, torch.dtype):
+            return str(v)[6:]
+        return "x".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    return [pytest.param(*r, id="-".join(show(v) for v in r[:-1]) + f"-cc{r[-1]}",
+                         marks=[pytest.mark.quick] if r == quick else []) for r in rows]
+

@@ -37,8 +37,7 @@ STRIDED = [(torch.bfloat16, 6, 256, (3, 2), "rows"), (torch.float32, 4, 96, (2, 
            (torch.float16, 6, 64, (3, 2), "cols")]
 
 
-def block_dim(target_cc: int) -> tuple[int, int, int]:
-    return (256 if target_cc >= 90 else 128, 1, 1)
+block_dim = testing.worker_block_dim
 
 
 def run_kernel(dtype, a, b, out, grid, coords, target_cc):

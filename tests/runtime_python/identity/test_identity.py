@@ -42,21 +42,10 @@ STRIDED = [(torch.bfloat16, (6, 256), (2, 3), "x_cols"), (torch.float32, (4, 96)
            (torch.float16, (6, 64), (2, 3), "x_step"), (torch.bfloat16, (4, 6, 32), (2, 2), "3d")]
 
 
-def block_dim(target_cc: int) -> tuple[int, int, int]:
-    return (256 if target_cc >= 90 else 128, 1, 1)
+block_dim = testing.worker_block_dim
 
 
-def _id(v) -> str:
-    if isinstance(v, torch.dtype):
-        return str(v)[6:]
-    return "x".join(map(str, v)) if isinstance(v, tuple) else str(v)
-
-
-def params(rows: list[tuple], quick: tuple | None) -> list:
-    """pytest params of `rows`, the row `quick` marked: the quick iteration subset (pytest -m quick, and
-    the sanitizer runs of test_mode/test_kernel_sanitizers.py) has one case per layer."""
-    return [pytest.param(*r, id="-".join(_id(v) for v in r[:-1]) + f"-cc{r[-1]}",
-                         marks=[pytest.mark.quick] if r == quick else []) for r in rows]
+params = testing.case_params
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
@@ -120,7 +109,7 @@ def test_identity_kernel_strided(dtype, shape, grid, layout, target_cc):
     run_kernel(dtype, x, out, grid, None, target_cc)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
 def test_identity_kernel_special_bits(dtype):
     """Every bit pattern arrives unchanged (no fp32 round trip): -0, the smallest subnormal, +-inf and
     NaNs with payloads (quiet and signalling) among random values, on both paths (a packed 2-D split

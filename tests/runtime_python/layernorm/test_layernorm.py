@@ -24,8 +24,7 @@ EPS = 1e-5
 SHAPES = [(16, 4096, 4, None), (6, 384, 3, "edges"), (5, 7, 5, None)]
 
 
-def block_dim(target_cc: int) -> tuple[int, int, int]:
-    return (256 if target_cc >= 90 else 128, 1, 1)
+block_dim = testing.worker_block_dim
 
 
 def inputs(dtype, batch, hidden, offset):

@@ -76,28 +76,14 @@ STRIDED = [
 ]
 
 
-def block_dim(target_cc: int) -> tuple[int, int, int]:
-    return (256 if target_cc >= 90 else 128, 1, 1)
+block_dim = testing.worker_block_dim
 
 
-def strided(shape, layout, dtype, gen, scale=1.0, zeros=False) -> torch.Tensor:
-    """A [rows, cols] view with strides `layout` (None: contiguous) of random (or zero) storage; the
-    storage between its elements is random too (the harness poisons it anyway)."""
-    rows, cols = shape
-    rs, cs = layout or (cols, 1)
-    assert rs >= cols * cs, f"layout {layout} overlaps rows of {shape}"
-    n = (rows - 1) * rs + (cols - 1) * cs + 1
-    base = torch.zeros(n, dtype=dtype) if zeros else testing.randn((n,), dtype, gen, scale=scale)
-    return base.as_strided(shape, (rs, cs))
+strided = testing.strided_view
 
 
 def assert_same_bits(run, other, what: str) -> None:
-    """The output bits of two runs agree on the elements the first one's tasks wrote."""
-    cover = run.covered["out"]
-    a, b = run.outputs["out"][cover], other.outputs["out"][cover]
-    as_int = {2: torch.int16, 4: torch.int32}[a.element_size()]
-    differ = int((a.view(as_int) != b.view(as_int)).sum())
-    assert differ == 0, f"{run.layer.name}: {differ} of {a.numel()} outputs' bits differ from {what}"
+    testing.same_bits(run, other, "out", what)
 
 
 def check_split_and_block_invariance(dtype, run, x, w, residual, out, target_cc):

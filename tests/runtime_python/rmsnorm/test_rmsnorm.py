@@ -25,8 +25,7 @@ SHAPES = [(16, 4096, 16, None), (6, 384, 3, "edges"), (5, 96, 5, None), (3, 7, 3
 STRIDED = [(torch.bfloat16, 4, 256, 2), (torch.float32, 6, 160, 3)]
 
 
-def block_dim(target_cc: int) -> tuple[int, int, int]:
-    return (256 if target_cc >= 90 else 128, 1, 1)
+block_dim = testing.worker_block_dim
 
 
 def run_kernel(dtype, x, w, grid, coords, target_cc, eps=1e-6):

@@ -61,19 +61,10 @@ TAIL_GATES = [-120, -112, -105, -100, -95, -90, -88.8, -88.5, -87.5, -87, -85, -
               -1, -1e-30, 0.0, 1e-30, 1, 20, 80, 88.8]
 
 
-def block_dim(target_cc: int) -> tuple[int, int, int]:
-    return (256 if target_cc >= 90 else 128, 1, 1)
+block_dim = testing.worker_block_dim
 
 
-def strided(shape, layout, dtype, gen, scale=1.0, zeros=False) -> torch.Tensor:
-    """A [rows, cols] view with strides `layout` (None: contiguous) of random (or zero) storage; the
-    storage between its elements is random too (the harness poisons it anyway)."""
-    rows, cols = shape
-    rs, cs = layout or (cols, 1)
-    assert rs >= cols * cs, f"layout {layout} overlaps rows of {shape}"
-    n = (rows - 1) * rs + (cols - 1) * cs + 1
-    base = torch.zeros(n, dtype=dtype) if zeros else testing.randn((n,), dtype, gen, scale=scale)
-    return base.as_strided(shape, (rs, cs))
+strided = testing.strided_view
 
 
 def run_kernel(dtype, x, out, grid, coords, target_cc):

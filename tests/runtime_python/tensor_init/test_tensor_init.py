@@ -39,21 +39,10 @@ STRIDED = [(torch.bfloat16, 6, 256, (3, 2), "cols"), (torch.float32, 4, 96, (2, 
            (torch.float16, 6, 64, (3, 2), "step")]
 
 
-def block_dim(target_cc: int) -> tuple[int, int, int]:
-    return (256 if target_cc >= 90 else 128, 1, 1)
+block_dim = testing.worker_block_dim
 
 
-def _id(v) -> str:
-    if isinstance(v, torch.dtype):
-        return str(v)[6:]
-    return "x".join(map(str, v)) if isinstance(v, tuple) else str(v)
-
-
-def params(rows: list[tuple], quick: tuple | None) -> list:
-    """pytest params of `rows`, the row `quick` marked: the quick iteration subset (pytest -m quick, and
-    the sanitizer runs of test_mode/test_kernel_sanitizers.py) has one case per layer."""
-    return [pytest.param(*r, id="-".join(_id(v) for v in r[:-1]) + f"-cc{r[-1]}",
-                         marks=[pytest.mark.quick] if r == quick else []) for r in rows]
+params = testing.case_params
 
 
 def run_kernel(dtype, x, grid, coords, target_cc, dummy_rows=None):
