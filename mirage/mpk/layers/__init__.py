@@ -92,8 +92,9 @@ def layer_stems() -> list[str]:
 def task_type_of(kind: str) -> int:
     """The stable task type of a layer kind: its module's TASK_TYPE, the same in every graph's JSON
     and task table; checked against every other layer module's (check_task_types)."""
+    # kind itself too: a layer module may be registered without a file (a test's broken sample kernels)
     types = {stem: getattr(importlib.import_module(f"{__name__}.{stem}"), "TASK_TYPE", None)
-             for stem in layer_stems()}
+             for stem in dict.fromkeys([*layer_stems(), kind])}
     return check_task_types(types)[kind]
 
 

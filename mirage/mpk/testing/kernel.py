@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from .. import written
+from .. import abi, guard, written
 from ..dtypes import to_dtype
 from ..errors import MPKFootprintError
 from ..graph import Task
@@ -58,17 +58,25 @@ MAX_SHOWN = 3                     # element ranges named per violation
 
 class SpanBuffer:
     """A copy of a tensor's storage span (first to last element, padding of strided views included)
-    between two red zones, on the tensor's device; `tensor` has the source's shape and strides."""
+    between two red zones, on the tensor's device; `tensor` has the source's shape and strides. On the
+    CPU it lives in test mode's guarded copy of the tensor (mirage/mpk/guard.py: its guard pages are
+    in the module's guard table, so an access far past the red zones is recorded, not a crash); a
+    symmetric tensor, one on a GPU, or a misaligned view gets its own allocation with red zones as
+    large as the span (a whole tile past either end lands in them)."""
 
-    def __init__(self, t: torch.Tensor):
+    def __init__(self, t: torch.Tensor, guarded: guard.Guarded | None = None):
         self.shape, self.strides, self.itemsize = tuple(t.shape), tuple(t.stride()), t.element_size()
         # the source's misalignment to 16 bytes is kept (slots of padding before the first element): a
         # view that starts mid-row reaches the kernel as unaligned as the caller made it
         self.lead = t.data_ptr() % ALIGN_KEPT // self.itemsize
         self.span = self.lead + 1 + sum((d - 1) * s for d, s in zip(self.shape, self.strides))  # elements
         nbytes = self.span * self.itemsize
-        self.red = min(RED_MAX, max(RED_MIN, -(-nbytes // RED_MIN) * RED_MIN))
-        self.raw = torch.empty(2 * self.red + nbytes, dtype=torch.uint8, device=t.device)
+        self.guarded = guarded if guarded is not None and not self.lead and guarded.nbytes == nbytes else None
+        if self.guarded is not None:
+            self.red, self.raw = self.guarded.red_lo, self.guarded._bytes
+        else:
+            self.red = min(RED_MAX, max(RED_MIN, -(-nbytes // RED_MIN) * RED_MIN))
+            self.raw = torch.empty(2 * self.red + nbytes, dtype=torch.uint8, device=t.device)
         self.slots = self.raw[self.red:self.red + nbytes].view(_INT[self.itemsize])
         self.tensor = self.slots.view(t.dtype).as_strided(self.shape, self.strides, self.lead)
         # offset (in elements, inside the span) of every element of the tensor, and the inverse map
@@ -184,7 +192,9 @@ class _Harness:
         self.pk, self.layer, self.seed = pk, layer, seed
         self.threads = pk.worker_threads
         self.table: list[DTensor] = pk._table()
-        self.buffers = [SpanBuffer(t.data) for t in self.table]
+        self.fences = pk._fences        # test mode's guarded copies (None on a GPU: red zones only)
+        guarded = self.fences.guarded if self.fences is not None and pk.device.type == "cpu" else {}
+        self.buffers = [SpanBuffer(t.data, guarded.get(t.id)) for t in self.table]
         self.pointers = [b.pointer for b in self.buffers]
         self.runtime = pk._runtime
 
@@ -220,7 +230,28 @@ class _Harness:
             b.slots.copy_(im.slots)
             for zone in b.red_zones():
                 zone.fill_(im.red)
-        return self.runtime.run_task(task.id, seed, self.pointers, watch, smem)
+        thread = self.runtime.run_task(task.id, seed, self.pointers, watch, smem)
+        self.check_guard_pages(task)
+        return thread
+
+    def check_guard_pages(self, task: Task) -> None:
+        """An access the guard-page handler recorded (csrc/runtime/guard.h: far past a red zone) is an
+        MPKFootprintError naming the tensor and the byte; the pages are closed again first."""
+        f = self.fences
+        if f is None or not int(f.count[0]):
+            return
+        records = f.faults[:min(int(f.count[0]), len(f.faults))].tolist()
+        f.count[0] = 0
+        for g in f.guarded.values():
+            g.protect()
+        addr, tid, access = records[0][:3]
+        t, g = next((t, f.guarded[t.id]) for t in self.table if t.id == tid)
+        lo = addr - g.base
+        side = f"{lo - g.nbytes} bytes past its end" if lo >= g.nbytes else f"{-lo} bytes before its start"
+        raise MPKFootprintError(
+            f"{self.where(task)} {abi.ACCESS[access]} outside tensor '{t.name}' ({t.dtype.name}, "
+            f"{tuple(t.data.shape)}, {g.nbytes} bytes): byte {lo} relative to its first element, {side} (a "
+            f"guard page trapped it; {len(records)} access(es) recorded)")
 
     def task_seed(self, task: Task, k: int) -> int:
         return (self.seed * 0x9E3779B97F4A7C15 + task.id * 0x632BE59BD9B4E019 + k) % 2**64

@@ -2,10 +2,13 @@
 the caller gets back, and its refusals. The footprint checks' negative controls are in
 test_kernel_negative_controls.py; each layer's kernel-level test is
 tests/runtime_python/<stem>/test_<stem>.py."""
+import re
+import shutil
+
 import pytest
 import torch
 
-from mirage.mpk import testing, written
+from mirage.mpk import build, testing, written
 
 ref = testing.load_reference(__file__.replace("test_mode/test_run_tasks.py", "rmsnorm/test_rmsnorm.py"))
 
@@ -94,3 +97,29 @@ def test_a_wrong_result_names_its_tasks():
     assert "Tasks with bad elements (grid coordinate): (1, 0, 0)" in str(e.value)
     # the emulation's write-watch: element (3, 5) is in thread 1's 16-byte chunk (columns 4..7)
     assert "Task (1, 0, 0): element (3, 5) was last written by thread 1 (warp 0, lane 1)" in str(e.value)
+
+
+def test_a_far_overrun_is_trapped_not_a_crash(tmp_path, monkeypatch):
+    """Negative control of the guard pages under a kernel-level run: rmsnorm mutated to write its
+    last row 100 rows past the tensor's end (far past the red zone) is an MPKFootprintError naming
+    the byte, and the process goes on (a clean run after it passes)."""
+    csrc = tmp_path / "csrc"
+    shutil.copytree(build.csrc_dir(), csrc)
+    kernel = csrc / "tasks" / "rmsnorm.cuh"
+    line = "T* yr = y + (r0 + i) * yt.row_stride;"
+    far = "T* yr = y + (r0 + i + (r0 + i + 1 == xt.rows ? 100 : 0)) * yt.row_stride;"
+    assert line in kernel.read_text()
+    kernel.write_text(kernel.read_text().replace(line, far))
+    x, w = inputs()
+    monkeypatch.setenv("MPK_CSRC_DIR", str(csrc))
+    with pytest.raises(testing.MPKFootprintError) as e:
+        testing.run_tasks(rmsnorm(3), {"x": x, "w": w, "out": torch.zeros(6, 96)}, coords=[(2, 0, 0)])
+    print(e.value)
+    # the first byte the handler saw: where the kernel's threads first touched a guard page (row 105)
+    assert re.match(r"task \(2, 0, 0\) of layer 'rmsnorm_0' \(rmsnorm\) wrote outside tensor 'out' "
+                    r"\(float32, \(6, 96\), 2304 bytes\): byte (\d+) relative to its first element, "
+                    r"\d+ bytes past its end \(a guard page trapped it", str(e.value)), str(e.value)
+    assert 105 * 384 <= int(re.search(r"byte (\d+)", str(e.value)).group(1)) < 106 * 384
+    monkeypatch.delenv("MPK_CSRC_DIR")
+    run = testing.run_tasks(rmsnorm(3), {"x": x, "w": w, "out": torch.zeros(6, 96)})
+    run.check("out", ref.rmsnorm(x, w), testing.tol_rmsnorm(torch.float32, 96))
