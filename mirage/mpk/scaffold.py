@@ -164,9 +164,9 @@ def run_case(dtype, rows, cols, grid, scale=2.0, jitter=0, output_dir=None, scal
     name = f"${stem}[{str(dtype)[6:]},{rows}x{cols},grid={grid},scale={scale:g}{world.tag}]"
     # PLACEHOLDER: a reduction derives its own budget (docs/tolerances.md)
     tol = testing.tol_elementwise(dtype)
-    testing.check_output(name, out, expected, tol, pk.layers[0].checks, (x,), pk=pk)
-    testing.check_scalars(name, pk.layers[0], lambda **p: ref.${stem}(x, **p), expected, tol,
-                          required=scalars_required)
+    reference = lambda **p: ref.${stem}(x, **p)      # noqa: E731 (the reference of the scalars)
+    testing.check_output(name, out, expected, tol, pk.layers[0].checks, (x,), pk=pk, reference_fn=reference)
+    testing.check_scalars(name, pk.layers[0], reference, expected, tol, required=scalars_required)
     return pk
 
 
@@ -221,8 +221,8 @@ block_dim = testing.worker_block_dim     # 128 threads (sm_80), 256 from Hopper 
 def run_kernel(dtype, x, grid, coords, target_cc):
     """run_tasks over the layer's tasks, then the evidence over the tiles of the tasks that ran."""
     def layer_call(pk, t):
-        pk.${stem}_layer(input=t["x"], output=t["out"], grid_dim=(grid, 1, 1), block_dim=block_dim(target_cc),
-            scale=SCALE)
+        pk.${stem}_layer(input=t["x"], output=t["out"], grid_dim=(grid, 1, 1),
+            block_dim=block_dim(target_cc), scale=SCALE)
 
     run = testing.run_tasks(layer_call, {"x": x, "out": torch.zeros(x.shape, dtype=dtype)}, coords,
                             target_cc=target_cc)

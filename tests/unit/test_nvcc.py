@@ -19,7 +19,7 @@ import subprocess
 import pytest
 import torch
 
-from mirage.mpk import build, codegen, layers
+from mirage.mpk import build, codegen, layers, memcheck
 from mirage.mpk.dtypes import FLOATS
 from mirage.mpk.errors import MPKRuntimeError
 from mirage.mpk.persistent_kernel import PersistentKernel
@@ -166,6 +166,9 @@ def test_generated_module_links_and_names_the_missing_gpu(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: mpk_init would succeed here (this checks the no-GPU path)")
     want = r"the runtime rejected the kernel: mpk_init: .*host_cuda\.h:\d+: cudaMalloc\(.*\): cuda\w+ \("
+    # this kernel's tensors are on the CPU, so test mode would guard them with guard pages, which a CUDA
+    # module refuses (a CUDA kernel's tensors get red zones only: memcheck.Fences(pages=False))
+    pk._fences = memcheck.Fences(pk._table(), graph, pages=False)
     with pytest.raises(MPKRuntimeError, match=want) as e:
         pk._start(str(so), graph, variants)
     print(f"NVCC module.so ({so.stat().st_size} bytes) without a GPU: {e.value}")

@@ -70,9 +70,9 @@ def run_case(dtype, batch, hidden, grid, eps=1e-5, jitter=0, output_dir=None, sc
     expected = ref.layernorm(x, w, b, eps)
     name = f"layernorm[{str(dtype)[6:]},{batch}x{hidden},grid={grid},eps={eps:g}{world.tag}]"
     tol = tol_layernorm(dtype, x, w, b, eps)
-    testing.check_output(name, out, expected, tol, pk.layers[0].checks, (x,), pk=pk)
-    testing.check_scalars(name, pk.layers[0], lambda **p: ref.layernorm(x, w, b, **p), expected, tol,
-                          required=scalars_required)
+    reference = lambda **p: ref.layernorm(x, w, b, **p)      # noqa: E731 (the reference of eps)
+    testing.check_output(name, out, expected, tol, pk.layers[0].checks, (x,), pk=pk, reference_fn=reference)
+    testing.check_scalars(name, pk.layers[0], reference, expected, tol, required=scalars_required)
     return pk
 
 
