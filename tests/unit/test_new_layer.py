@@ -87,9 +87,11 @@ def test_generated_layer_passes_its_tests_and_the_layer_checks(generated, first_
     print(proc.stdout[-2000:])
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert f"RECIPE tests/runtime_python/{STEM}/test_{STEM}_testmode.py" in proc.stdout, "not checked"
-    assert "run_tasks (the kernel-level runner) is not in this checkout yet" in proc.stdout
-    script = run([sys.executable, f"{folder}/test_{STEM}.py"], generated)
-    assert script.returncode == 0 and "SKIP" in script.stdout, script.stdout + script.stderr
+    # the kernel-level test ran every task alone with the footprint checks, at both block sizes
+    assert f"FOOTPRINT {STEM}_0[{STEM},4/4 task(s),128 threads]" in proc.stdout, proc.stdout[-3000:]
+    assert f"FOOTPRINT {STEM}_0[{STEM},4/4 task(s),256 threads]" in proc.stdout, proc.stdout[-3000:]
+    script = run([sys.executable, f"{folder}/test_{STEM}.py", "-k", "strided"], generated)
+    assert script.returncode == 0 and " passed" in script.stdout, script.stdout + script.stderr
     print(f"NEW_LAYER {STEM}: generated files pass ruff, their tests and the layer checks PASS")
 
 
