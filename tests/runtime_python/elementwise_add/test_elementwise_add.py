@@ -54,17 +54,7 @@ def run_kernel(dtype, a, b, out, grid, coords, target_cc):
     return run
 
 
-def _id(v) -> str:
-    if isinstance(v, torch.dtype):
-        return str(v)[6:]
-    return "x".join(map(str, v)) if isinstance(v, tuple) else str(v)
-
-
-def params(rows: list[tuple], quick: tuple) -> list:
-    """pytest params of `rows`, the row `quick` marked: the quick iteration subset (pytest -m quick, and
-    the sanitizer runs of test_mode/test_kernel_sanitizers.py) has one case per layer."""
-    return [pytest.param(*r, id="-".join(_id(v) for v in r[:-1]) + f"-cc{r[-1]}",
-                         marks=[pytest.mark.quick] if r == quick else []) for r in rows]
+params = testing.case_params
 
 
 KERNEL = [(d, *s, cc) for s in SHAPES for d in DTYPES for cc in TARGETS]

@@ -54,14 +54,21 @@ def test_layernorm_kernel(dtype, batch, hidden, grid, coords, target_cc):
 
 
 @pytest.mark.parametrize("target_cc", TARGETS)
-@pytest.mark.parametrize("dtype", [pytest.param(torch.bfloat16, marks=pytest.mark.quick), torch.float32],
-                         ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=lambda d: str(d)[6:])
 def test_layernorm_kernel_strided(dtype, target_cc):
     """x a column block of a wider matrix (row stride 3 * hidden), w and b every other element of a
     longer vector: a kernel taking one tensor's strides for another's fails."""
     x, w, b = inputs(dtype, 6, 3 * 160, 11)
     w2, b2 = inputs(dtype, 1, 320, 12)[1:]
     run_kernel(dtype, x[:, 160:320], w2[::2], b2[::2], 3, None, target_cc)
+
+
+
+@pytest.mark.quick
+def test_layernorm_kernel_quick():
+    """The quick subset's case (pytest -m quick, and the sanitizer runs of
+    test_mode/test_kernel_sanitizers.py): the strided views at 256 threads, bf16."""
+    test_layernorm_kernel_strided(torch.bfloat16, 90)
 
 
 if __name__ == "__main__":

@@ -126,5 +126,13 @@ def test_linear_kernel_strided(dtype, what, batch, k, n, grid, x_layout, w_layou
     check_split_and_block_invariance(dtype, run, x, w, out, target_cc)
 
 
+
+@pytest.mark.quick
+def test_linear_kernel_quick():
+    """The quick subset's case (pytest -m quick, and the sanitizer runs of
+    test_mode/test_kernel_sanitizers.py): x a column block (row stride 3K) at 256 threads, bf16."""
+    test_linear_kernel_strided(torch.bfloat16, *STRIDED[0], 90)
+
+
 if __name__ == "__main__":
     testing.run_pytest_file_as_script(__file__, sys.argv[1:])

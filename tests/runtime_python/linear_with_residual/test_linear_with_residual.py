@@ -143,5 +143,13 @@ def test_linear_with_residual_kernel_strided(dtype, what, batch, k, n, grid, x_l
     check_split_and_block_invariance(dtype, run, *tensors, target_cc)
 
 
+
+@pytest.mark.quick
+def test_linear_with_residual_kernel_quick():
+    """The quick subset's case (pytest -m quick, and the sanitizer runs of
+    test_mode/test_kernel_sanitizers.py): the residual's own row stride at 256 threads, bf16."""
+    test_linear_with_residual_kernel_strided(torch.bfloat16, *STRIDED[0], 90)
+
+
 if __name__ == "__main__":
     testing.run_pytest_file_as_script(__file__, sys.argv[1:])

@@ -121,5 +121,13 @@ def test_silu_mul_kernel_tails(dtype, pad, target_cc):
     run_kernel(dtype, x, out, (g, 1), None, target_cc)
 
 
+
+@pytest.mark.quick
+def test_silu_mul_kernel_quick():
+    """The quick subset's case (pytest -m quick, and the sanitizer runs of
+    test_mode/test_kernel_sanitizers.py): x a column block (row stride 6I) at 256 threads, bf16."""
+    test_silu_mul_kernel_strided(torch.bfloat16, *STRIDED[0], 90)
+
+
 if __name__ == "__main__":
     testing.run_pytest_file_as_script(__file__, sys.argv[1:])
