@@ -21,6 +21,12 @@ def get_configurations_from_gpu(rank: int = 0) -> tuple[int, int]:
     if not torch.cuda.is_available():
         return max(3, min(8, os.cpu_count() or 1)), 1
     sms = torch.cuda.get_device_properties(rank % torch.cuda.device_count()).multi_processor_count
+    return configuration_for_sms(sms, rank)
+
+
+def configuration_for_sms(sms: int, rank: int = 0) -> tuple[int, int]:
+    """MPK's (num_workers, num_schedulers) for a GPU of `sms` SMs (the table above), also what
+    tests/unit/test_launch_plan.py holds against each architecture's launch limits."""
     for limit, workers in ((160, 144), (132, 128), (108, 96), (68, 64), (40, 30), (0, 20)):
         if sms >= limit:
             break
