@@ -1,6 +1,6 @@
 // host_cuda.h: the CUDA backend's driver of the persistent executor (executor.cuh; docs/runtime.md).
 // Included by entry.h under nvcc. Compile-checked here (tests/unit/test_nvcc.py); run only where a
-// GPU is (docs/runtime.md, "Not implemented yet": Python does not load it yet).
+// GPU is: Python loads it for backend="cuda" (mirage/mpk/runtime.py); nothing has run it on a GPU yet.
 //
 // The persistent kernel is ONE cooperative launch of num_workers worker CTAs (worker_threads
 // threads, smem_bytes of dynamic shared memory) plus ceil(S / warps per CTA) scheduler CTAs whose
@@ -27,6 +27,7 @@
 #include <vector>
 #include "abi.h"
 #include "executor.cuh"
+#include "launch_plan.h"
 
 namespace mpk {
 namespace cuda {
@@ -190,35 +191,51 @@ inline bool setup(Kernel& k, void* const* tensors, const MpkMeta& meta, const st
     return ok;
 }
 
-// The launch geometry and the co-residency check (the first launch).
+// The launch geometry and the resource check (the first launch): launch_plan.h decides from the
+// device's limits and the kernel's attributes (static shared memory, registers) whether every CTA
+// can be co-resident and whether the dynamic shared memory needs the opt-in; the occupancy API has
+// the last word.
 inline bool geometry(Kernel& k) {
     if (k.grid) return true;
     const MpkConfig& c = k.cfg;
-    int dev = 0, sms = 0, coop = 0, per_sm = 0;
+    int dev = 0, coop = 0, per_sm = 0;
     k.block = c.worker_threads;
     k.smem = size_t(c.smem_bytes);
     const int warps = k.block / 32;
     k.grid = c.num_workers + (c.num_local_schedulers + warps - 1) / warps;
-    if (!MPK_CUDA_CHECK(k, cudaGetDevice(&dev)) ||
-        !MPK_CUDA_CHECK(k, cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) ||
-        !MPK_CUDA_CHECK(k, cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev)))
+    GpuLimits g{};
+    const struct { cudaDeviceAttr attr; int* to; } query[] = {
+        {cudaDevAttrMultiProcessorCount, &g.sms}, {cudaDevAttrMaxSharedMemoryPerBlock, &g.smem_per_block},
+        {cudaDevAttrMaxSharedMemoryPerBlockOptin, &g.smem_per_block_optin},
+        {cudaDevAttrMaxSharedMemoryPerMultiprocessor, &g.smem_per_sm},
+        {cudaDevAttrReservedSharedMemoryPerBlock, &g.smem_reserved_per_block},
+        {cudaDevAttrMaxRegistersPerMultiprocessor, &g.regs_per_sm},
+        {cudaDevAttrMaxThreadsPerMultiProcessor, &g.max_threads_per_sm},
+        {cudaDevAttrMaxBlocksPerMultiprocessor, &g.max_blocks_per_sm}, {cudaDevAttrCooperativeLaunch, &coop}};
+    cudaFuncAttributes fa{};
+    const void* fn = reinterpret_cast<const void*>(k.kernel);
+    bool ok = MPK_CUDA_CHECK(k, cudaGetDevice(&dev)) && MPK_CUDA_CHECK(k, cudaFuncGetAttributes(&fa, fn));
+    for (const auto& q : query) ok = ok && MPK_CUDA_CHECK(k, cudaDeviceGetAttribute(q.to, q.attr, dev));
+    if (!ok) return false;
+    const LaunchPlan plan = plan_launch(KernelResources{int(fa.sharedSizeBytes), fa.numRegs, k.block, k.smem}, g,
+                                        k.grid);
+    if (plan.fits && plan.opt_in &&
+        !MPK_CUDA_CHECK(k, cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(k.smem))))
         return false;
-    if (k.smem > 48 * 1024 &&
-        !MPK_CUDA_CHECK(k, cudaFuncSetAttribute(reinterpret_cast<const void*>(k.kernel),
-                                                cudaFuncAttributeMaxDynamicSharedMemorySize, int(k.smem))))
+    if (plan.fits && !MPK_CUDA_CHECK(k, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, k.block, k.smem)))
         return false;
-    if (!MPK_CUDA_CHECK(k, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                               &per_sm, reinterpret_cast<const void*>(k.kernel), k.block, k.smem)))
-        return false;
-    char buf[512];
+    char buf[640];
     if (!coop) {
         snprintf(buf, sizeof buf, "GPU %d cannot launch cooperative kernels: the persistent kernel needs every CTA "
                  "co-resident", dev);
-    } else if (int64_t(per_sm) * sms < k.grid) {
+    } else if (!plan.fits) {
+        snprintf(buf, sizeof buf, "GPU %d: %s", dev, plan.why);
+    } else if (int64_t(per_sm) * g.sms < k.grid) {
         snprintf(buf, sizeof buf, "the persistent kernel needs %d co-resident CTAs (%d workers + %d scheduler CTAs of "
-                 "%d warps) but GPU %d holds %d (%d per SM x %d SMs at %d threads and %zu bytes of shared memory): "
-                 "lower num_workers or num_local_schedulers", k.grid, c.num_workers, k.grid - c.num_workers, warps,
-                 dev, per_sm * sms, per_sm, sms, k.block, k.smem);
+                 "%d warps) but GPU %d holds %d (%d per SM x %d SMs at %d threads, %d registers and %zu + %zu bytes "
+                 "of shared memory; launch_plan.h expected %d per SM): lower num_workers or num_local_schedulers",
+                 k.grid, c.num_workers, k.grid - c.num_workers, warps, dev, per_sm * g.sms, per_sm, g.sms, k.block,
+                 fa.numRegs, size_t(fa.sharedSizeBytes), k.smem, plan.blocks_per_sm);
     } else {
         return true;
     }

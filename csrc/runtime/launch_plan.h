@@ -49,11 +49,14 @@ struct LaunchPlan {
 inline LaunchPlan plan_launch(const KernelResources& k, const GpuLimits& g, int grid) {
     LaunchPlan p;
     const size_t block_smem = size_t(k.static_smem) + k.dynamic_smem;
-    p.opt_in = k.dynamic_smem > size_t(g.smem_per_block);
+    // static + dynamic counts against the default, not the dynamic part alone (the executor's batch is
+    // static: 48 KiB dynamic + the batch needs the opt-in)
+    p.opt_in = block_smem > size_t(g.smem_per_block);
     const size_t allowed = p.opt_in ? size_t(g.smem_per_block_optin) : size_t(g.smem_per_block);
-    if (block_smem > allowed) {
+    if (block_smem > allowed || k.static_smem > g.smem_per_block) {
         snprintf(p.why, sizeof p.why, "the worker block needs %zu bytes of shared memory (%d static + %zu "
-                 "dynamic), over the %zu a block may have", block_smem, k.static_smem, k.dynamic_smem, allowed);
+                 "dynamic), over the %zu a block may have with opt-in (static alone at most %d)", block_smem,
+                 k.static_smem, k.dynamic_smem, allowed, g.smem_per_block);
         return p;
     }
     const int warps = (k.threads + 31) / 32;
