@@ -71,5 +71,8 @@ setup(
     # orjson: task_graph_rank{R}.json of a 100k-task graph in a tenth of a second (mirage/mpk/codegen.py).
     install_requires=["torch>=2.1", "filelock>=3.0", "numpy>=1.22", "orjson>=3.6"],
     # mpi: multi-rank runs and tests (world_size > 1); MPICH's wheel brings mpiexec, no root needed
-    extras_require={"test": ["pytest>=7", "ruff"], "mpi": ["mpi4py>=4", "mpich"]},
+    # profile: the profiler's Perfetto protobuf trace (profile=True / profiler_tensor). perfetto 0.59.1's
+    # protos are protobuf 6.31.1 gencode, which an older runtime refuses; 7.x reads them.
+    extras_require={"test": ["pytest>=7", "ruff"], "mpi": ["mpi4py>=4", "mpich"],
+                    "profile": ["perfetto==0.59.1", "protobuf>=6.31.1,<8"]},
 )

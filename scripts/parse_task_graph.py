@@ -1,11 +1,11 @@
 """Summarize a task_graph_rank{R}.json (tasks per layer, event fan-in/out, critical path), or a
-profiler trace <trace_name>.perfetto-trace (docs/profiler.md): its structure is checked, then the
-critical path in time and each worker's idle share are reported.
+profiler trace <trace_name>.perfetto-trace (docs/profiler.md; a Perfetto protobuf trace, read with the
+perfetto package's protos: the 'profile' extra): its structure is checked, then the critical path in
+time and each worker's idle share are reported.
 
 Run: python scripts/parse_task_graph.py test_output/task_graph_rank0.json
      python scripts/parse_task_graph.py test_trace.perfetto-trace
 """
-import json
 import re
 import sys
 from collections import defaultdict
@@ -14,6 +14,7 @@ from mirage.mpk import inspect
 
 SLICE_NAME = re.compile(r"\w+ \(\d+, \d+, \d+\)")   # layer and grid coordinate
 EPS_US = 1e-6      # ts and dur are ns / 1000 as floats: a rounding, never a real overlap
+ARGS = {"task", "event", "triggers", "wait_ns"}      # each slice's debug annotations
 
 
 class BadTrace(ValueError):
@@ -24,52 +25,79 @@ def _end(s: dict) -> float:
     return s["ts"] + s["dur"]
 
 
-def load_trace(path: str) -> tuple[list[dict], dict]:
-    """(task slices, {(pid, tid): track name}) of a trace, after checking what docs/profiler.md
-    promises: a traceEvents list; process_name and thread_name metadata naming every track a slice is
-    on; each slice complete ("X", ts, dur >= 0, args.task/event/triggers), named "layer (x, y, z)",
-    one per task and rank; slices on one track never overlap. Raises BadTrace naming the first fault."""
+def read_packets(path: str) -> list:
+    """The TracePackets of the file; BadTrace if it is not a Perfetto protobuf trace (JSON, truncated)."""
+    # imported here: a task graph needs no 'profile' extra (perfetto, protobuf)
+    from google.protobuf.message import DecodeError
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+    trace = Trace()
     try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BadTrace(f"{path}: not a JSON trace ({e})") from None
-    events = doc.get("traceEvents") if isinstance(doc, dict) else None
-    if not isinstance(events, list):
-        raise BadTrace(f"{path}: no traceEvents list")
-    meta = [e for e in events if e.get("ph") == "M"]
-    ranks = {e.get("pid") for e in meta if e.get("name") == "process_name"}
-    tracks = {(e.get("pid"), e.get("tid")): e.get("args", {}).get("name") for e in meta
-              if e.get("name") == "thread_name"}
-    slices, seen = [e for e in events if e.get("ph") == "X"], set()
+        with open(path, "rb") as f:
+            trace.ParseFromString(f.read())
+    except DecodeError as e:
+        raise BadTrace(f"{path}: not a Perfetto protobuf trace ({e})") from None
+    return list(trace.packet)
+
+
+def _annotation(a) -> int | list[int]:
+    """A debug annotation's value: triggers is an array (empty when the task triggers nothing)."""
+    return [v.int_value for v in a.array_values] if a.name == "triggers" else a.int_value
+
+
+def load_trace(path: str) -> tuple[list[dict], dict]:
+    """(task slices, {(rank, worker): track name}) of a trace, after checking what docs/profiler.md
+    promises: a process track descriptor per rank and a thread track descriptor for every track a
+    slice is on; packets in time order on one trusted sequence; each slice a TYPE_SLICE_BEGIN and
+    the TYPE_SLICE_END after it on the same track with no other slice between (a worker runs one task
+    at a time), named "layer (x, y, z)", with the debug annotations task, event, triggers and wait_ns,
+    one per task and rank. Slices are dicts: name, cat, rank, worker, ts and dur (us from the trace's
+    start) and args (task, event, triggers, wait_us). Raises BadTrace naming the first fault."""
+    packets = read_packets(path)
+    ranks = {p.track_descriptor.process.pid for p in packets if p.track_descriptor.HasField("process")}
+    threads = {p.track_descriptor.uuid: p.track_descriptor.thread for p in packets
+               if p.track_descriptor.HasField("thread")}
+    # Perfetto reserves pid and tid 0: the profiler writes rank r as pid r + 1, worker w as tid w + 1.
+    tracks = {(t.pid - 1, t.tid - 1): t.thread_name for t in threads.values() if t.pid in ranks}
+    slices, open_, seen, last = [], {}, set(), 0
+    for p in (p for p in packets if p.HasField("track_event")):
+        ev, where = p.track_event, f"{path}: packet at {p.timestamp} ns"
+        if not p.trusted_packet_sequence_id or p.timestamp < last:
+            raise BadTrace(f"{where} is out of time order or on no trusted sequence")
+        last, t = p.timestamp, threads.get(ev.track_uuid)
+        if t is None or t.pid not in ranks or not t.thread_name:
+            raise BadTrace(f"{where}: a slice on track {ev.track_uuid}, which no named thread track "
+                           f"descriptor of a rank's process describes")
+        if ev.type == ev.TYPE_SLICE_END:
+            if ev.track_uuid not in open_:
+                raise BadTrace(f"{where}: a slice end on worker {t.tid - 1} with no slice open")
+            s = open_.pop(ev.track_uuid)
+            s["dur"] = p.timestamp / 1e3 - s["ts"]
+            continue
+        args = {a.name: _annotation(a) for a in ev.debug_annotations}
+        if ev.type != ev.TYPE_SLICE_BEGIN or ARGS - set(args) or not SLICE_NAME.fullmatch(ev.name):
+            raise BadTrace(f"{where}: slice {ev.name!r} is not a slice begin named 'layer (x, y, z)' with "
+                           f"the annotations {sorted(ARGS)}")
+        if ev.track_uuid in open_:
+            raise BadTrace(f"{where}: slices {open_[ev.track_uuid]['name']!r} and {ev.name!r} overlap on "
+                           f"rank {t.pid - 1} worker {t.tid - 1}")
+        if (t.pid, args["task"]) in seen:
+            raise BadTrace(f"{where}: task {args['task']} of rank {t.pid - 1} has two slices")
+        seen.add((t.pid, args["task"]))
+        args["wait_us"] = args.pop("wait_ns") / 1e3
+        open_[ev.track_uuid] = dict(name=ev.name, cat=list(ev.categories), rank=t.pid - 1, worker=t.tid - 1,
+                                    ts=p.timestamp / 1e3, args=args)
+        slices.append(open_[ev.track_uuid])
+    if open_:
+        raise BadTrace(f"{path}: slice {next(iter(open_.values()))['name']!r} never ends")
     if not slices:
         raise BadTrace(f"{path}: no task slices")
-    for s in slices:
-        missing = {"name", "pid", "tid", "ts", "dur", "args"} - set(s) or \
-            {"task", "event", "triggers"} - set(s["args"])
-        if missing:
-            raise BadTrace(f"{path}: slice {s.get('name')!r} lacks {sorted(missing)}")
-        if not SLICE_NAME.fullmatch(s["name"]) or s["dur"] < 0:
-            raise BadTrace(f"{path}: slice {s['name']!r} (dur {s['dur']}) is not 'layer (x, y, z)' with "
-                           f"dur >= 0")
-        if s["pid"] not in ranks or not tracks.get((s["pid"], s["tid"])):
-            raise BadTrace(f"{path}: slice {s['name']!r} is on rank {s['pid']} worker {s['tid']}, a track "
-                           f"without process_name/thread_name metadata")
-        if (s["pid"], s["args"]["task"]) in seen:
-            raise BadTrace(f"{path}: task {s['args']['task']} of rank {s['pid']} has two slices")
-        seen.add((s["pid"], s["args"]["task"]))
-    for track, ss in _by_track(slices).items():
-        for a, b in zip(ss, ss[1:]):
-            if b["ts"] < _end(a) - EPS_US:
-                raise BadTrace(f"{path}: slices {a['name']!r} and {b['name']!r} overlap on rank {track[0]} "
-                               f"worker {track[1]} ({a['ts']:.3f} + {a['dur']:.3f} us > {b['ts']:.3f} us)")
     return slices, tracks
 
 
 def _by_track(slices: list[dict]) -> dict:
     tracks = defaultdict(list)
     for s in sorted(slices, key=lambda s: s["ts"]):
-        tracks[(s["pid"], s["tid"])].append(s)
+        tracks[(s["rank"], s["worker"])].append(s)
     return tracks
 
 
@@ -80,13 +108,13 @@ def critical_path(slices: list[dict]) -> list[dict]:
     producers, before = defaultdict(list), {}
     for s in slices:
         for e in s["args"]["triggers"]:
-            producers[(s["pid"], e)].append(s)
+            producers[(s["rank"], e)].append(s)
     for ss in _by_track(slices).values():
         before.update({id(b): a for a, b in zip(ss, ss[1:])})
     path = [max(slices, key=_end)]
     while True:
         cur = path[-1]
-        options = producers.get((cur["pid"], cur["args"]["event"]), []) + [before.get(id(cur))]
+        options = producers.get((cur["rank"], cur["args"]["event"]), []) + [before.get(id(cur))]
         options = [s for s in options if s is not None and _end(s) <= cur["ts"] + EPS_US]
         if not options:
             return path[::-1]
@@ -127,3 +155,6 @@ if __name__ == "__main__":
             print(inspect.summary(inspect.load(sys.argv[1]), sys.argv[1]))
     except (OSError, inspect.NotATaskGraph, BadTrace) as e:
         sys.exit(f"parse_task_graph: {e}")
+    except ImportError as e:     # a trace without the perfetto package
+        sys.exit(f"parse_task_graph: reading a trace needs the 'profile' extra ({e}): pip install -e "
+                 f"'.[profile]'")

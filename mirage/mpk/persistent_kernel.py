@@ -105,6 +105,8 @@ class PersistentKernel:
             raise ValueError(f"PersistentKernel: backend={backend!r}; expected one of {_BACKENDS}")
         # profiler_tensor (MPK's) or profile=True: a trace after every launch (docs/profiler.md)
         self.profiler_tensor, self.profile = profiler_tensor, bool(profile) or profiler_tensor is not None
+        if self.profile:
+            profiler.require()        # perfetto missing: an MPKInstallError now, not after a launch
         self.world_size, self.mpi_rank = world_size, mpi_rank
         self.test_mode = bool(test_mode)
         self.backend = backend
@@ -496,8 +498,9 @@ class PersistentKernel:
     def _export_trace(self) -> None:
         if self.profile:      # as MPK: after every launch (several ranks: one file each)
             rank = f"_rank{self.mpi_rank}" if self.world_size > 1 else ""
-            profiler.export(self.graph, self._record, f"{self.trace_name}{rank}", self.mpi_rank,
-                            self.params["num_workers"])
+            out = os.path.dirname(self.output_files[0]) if self.output_files else ""   # compile's output_dir
+            log.info("profiler: wrote %s and %s", *profiler.export(self.graph, self._record, os.path.join(
+                out, f"{self.trace_name}{rank}"), self.mpi_rank, self.params["num_workers"]))
 
     def _rerun(self, **config) -> None:
         """pk() once more on a second runtime of the same module, graph and tensors with these config
