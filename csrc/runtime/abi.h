@@ -5,7 +5,7 @@
 #pragma once
 #include <stdint.h>
 
-#define MPK_ABI_VERSION 8
+#define MPK_ABI_VERSION 9
 #define MPK_MAX_DIMS 4
 #define MPK_MAX_TILES 8      // inputs + outputs of one task
 #define MPK_MAX_TRIGGERS 8   // docs/dependencies.md: more than this and the graph builder coarsens
@@ -34,6 +34,9 @@
 // Fault injection (negative controls), active only in modules built with
 // -DMPK_FAULT_INJECTION; the other kinds (wrong tile, dropped dependency) are edits of the
 // task table made by the Python side and need no runtime code.
+#define MPK_DISPATCH_EVENT 0      // a task is enqueued when the event it waits on fires
+#define MPK_DISPATCH_MPK 1        // MPK's pre-launch: every task enqueued at a pass's start, waited for in order
+
 #define MPK_FAULT_NONE 0
 #define MPK_FAULT_SKIP 1          // the task's kernel does not run (its events still fire)
 #define MPK_FAULT_PERTURB 2       // after the kernel, output 0 element += amount
@@ -153,6 +156,9 @@ typedef struct {
     // and ended. One pass's values: a later pass of the same launch overwrites them.
     int32_t in_order;
     int32_t profile;
+    // MPK_DISPATCH_*: when tasks enter the workers' queues (docs/runtime.md, "Dispatch models").
+    int32_t dispatch;
+    int32_t pad_dispatch;
     int64_t* task_record;
     // Memory-safe test mode (docs/runtime.md; CPU backend only): the guard pages of the guarded
     // tensors, MPK_GUARD_RANGE_FIELDS int64 each (copied at mpk_init), and where the fault handler

@@ -327,7 +327,7 @@ MPK_EXPORT int mpk_snapshot(void* handle, MpkWorkerState* out, int n) {
 }
 
 MPK_EXPORT int64_t mpk_iterations(void* handle) {
-    return handle ? static_cast<mpk::cuda::Kernel*>(handle)->control->iterations : -1;
+    return handle ? static_cast<mpk::cuda::Kernel*>(handle)->control.iterations : -1;
 }
 
 // One task alone (abi.h: mpk_run_task): one block of mpk_execute_one (entry_cuda.h) on the legacy

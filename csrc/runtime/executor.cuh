@@ -89,6 +89,16 @@ struct alignas(64) SchedulerSlot {
     int32_t arrived;              // 1 once the scheduler runs its loop
 };
 
+// The in-kernel watchdog's view of worker w (beats[w]) or scheduler s (beats[W + s]): stored by its
+// thread 0 alone, in device memory, so that watching costs no PCIe read. (The slots above are in
+// host-mapped memory and the device only ever stores to them: the host reads them, the device
+// keeps its own counts.)
+struct alignas(16) Beat {
+    int64_t ticks;                // tasks completed, messages handled
+    int32_t running;              // inside a task kernel (not waiting on a peer)
+    int32_t arrived;              // the loop runs
+};
+
 struct alignas(64) Index { int64_t v; };  // a ring index alone on its cache line
 
 struct SchedEntry {               // MPSC ring slot: seq = ticket + 1 once msg is written
@@ -96,9 +106,12 @@ struct SchedEntry {               // MPSC ring slot: seq = ticket + 1 once msg i
     uint64_t msg;
 };
 
+// Written by the device alone (device memory on the GPU, read by the host after the launch); the
+// host's own verdicts (hang, stuck, interrupted) stay on the host, and it asks the device to stop
+// through State::host_abort.
 struct Control {
-    int32_t abort;                // 1: every loop returns (watchdog, an error, the host)
-    int32_t status;               // MPK_*; the first failure wins (CAS from MPK_OK)
+    int32_t abort;                // 1: every loop returns (an error, or the host's request seen)
+    int32_t status;               // MPK_*; the device's first failure wins (CAS from MPK_OK)
     int64_t iterations;           // passes completed (scheduler 0)
     int32_t failed_worker;        // CPU: the worker whose block failed inside task failed_task
     int32_t pad;
@@ -118,7 +131,7 @@ struct State {
     int32_t num_first_tasks;
     int32_t num_owning;           // schedulers that own a worker: min(S, W)
     const int32_t* event_waiters; // [num_events]: tasks in the event's range that wait on it
-    int32_t ordered;              // several ranks: each worker runs its tasks in position order
+    int32_t ordered;              // several ranks, event dispatch: each worker runs its tasks in position order
     int32_t pad;
     int64_t iteration_base;       // passes of earlier successful launches (TaskView::iteration)
     int64_t watchdog_ns;          // GPU: the in-kernel deadline (<= 0: off); CPU: the host's
@@ -139,7 +152,16 @@ struct State {
     WorkerSlot* workers;          // [W]
     SchedulerSlot* schedulers;    // [S]
     Control* control;
+    const int32_t* host_abort;    // the host's request to stop: host memory (host-mapped on the GPU),
+                                  // read by the device in its spin loops only, never in a task's path
+    Beat* beats;                  // [W + S], device memory
 };
+
+// The reorder buffer of take_batch (several ranks need each worker's tasks in position order): the
+// event model only; MPK's pre-launch enqueues in position order already.
+MPK_HOST_DEVICE inline int32_t ordered_mode(const MpkConfig& c) {
+    return c.world_size > 1 && c.dispatch == MPK_DISPATCH_EVENT;
+}
 
 // Ring capacities from the graph (docs/runtime.md). A worker ring holds at most one pass's tasks
 // plus TERMINATE (a pass starts only after the previous one ended, so its tasks have left the
@@ -193,7 +215,8 @@ MPK_HOST_DEVICE MPK_NOINLINE inline Text fail(State& st, int32_t code) {
     return Text(st.control->message, kMessageBytes);
 }
 MPK_HOST_DEVICE MPK_INLINE void abort_launch(State& st) { st_release_sys(&st.control->abort, int32_t(1)); }
-MPK_HOST_DEVICE MPK_INLINE bool aborted(const State& st) { return ld_relaxed_sys(&st.control->abort) != 0; }
+MPK_HOST_DEVICE MPK_INLINE bool aborted(const State& st) { return ld_relaxed(&st.control->abort) != 0; }
+MPK_HOST_DEVICE MPK_INLINE bool host_asked(const State& st) { return ld_relaxed_sys(st.host_abort) != 0; }
 
 // ---- waiting
 
@@ -224,7 +247,8 @@ MPK_DEVICE MPK_INLINE void stamp(const State& st, int32_t pos, RecordField k) {
 // Sum of every progress count (tasks completed, messages handled) and whether a worker is inside
 // a kernel, or not every block has started its loop yet: what the watchdog calls progress
 // (docs/runtime.md). (Starting the threads and their fibers can take longer than watchdog_s on
-// a loaded machine or under a sanitizer.)
+// a loaded machine or under a sanitizer.) The host's view, from the slots; beat_ticks is the
+// device's, from the beats.
 MPK_HOST_DEVICE inline int64_t progress_ticks(const State& st, bool* busy) {
     int64_t ticks = 0;
     bool run = false;
@@ -239,37 +263,56 @@ MPK_HOST_DEVICE inline int64_t progress_ticks(const State& st, bool* busy) {
     *busy = run;
     return ticks;
 }
+MPK_DEVICE inline int64_t beat_ticks(const State& st, bool* busy) {
+    int64_t ticks = 0;
+    bool run = false;
+    for (int32_t i = 0; i < st.cfg.num_workers + st.cfg.num_local_schedulers; ++i) {
+        ticks += ld_relaxed(&st.beats[i].ticks);
+        run = run || ld_relaxed(&st.beats[i].running) || !ld_relaxed(&st.beats[i].arrived);
+    }
+    *busy = run;
+    return ticks;
+}
 
-// One round of a spin loop; false once the launch aborts. On the CPU: a pause, then yields of
-// the OS thread, then sleeps from 4 us doubling to 1 ms (so several ranks' threads on two cores
-// make progress; the host's supervisor is the watchdog). On the GPU: __nanosleep, and every 256
-// rounds a %globaltimer check: no progress anywhere for watchdog_ns is a hang (MPK_HANG), so a
-// stuck graph ends the kernel even if the host could not set the abort flag.
+// One round of a spin loop; false once the launch aborts. Every round checks the device's abort
+// flag; every kHostPoll + 1 rounds the host's request (a PCIe read on the GPU, so not every round;
+// a spinning thread is not in a task's path) and turns it into the device's flag, which the
+// workers also check between tasks. Every 256 rounds the in-kernel watchdog: no progress anywhere
+// (beat_ticks) for twice watchdog_s is MPK_HANG, a backstop behind the host's watchdog (which
+// fires at watchdog_s and reports more), so a stuck graph ends even if the host cannot ask.
+// The pause: on the GPU __nanosleep; on the CPU a pause, then yields of the OS thread, then sleeps
+// from 4 us doubling to 1 ms (so several ranks' threads on two cores make progress).
+#if defined(__CUDACC__)
+constexpr uint32_t kHostPoll = 255;
+#else
+constexpr uint32_t kHostPoll = 0;
+#endif
 struct Spin {
     uint32_t round = 0;
-#if defined(__CUDACC__)
+    uint32_t sleep_us = 4;        // CPU
     int64_t since = 0, ticks = -1;
-#else
-    uint32_t sleep_us = 4;
-#endif
     MPK_DEVICE bool wait(State& st) {
         if (aborted(st)) return false;
         ++round;
-#if defined(__CUDACC__)
-        __nanosleep(round < 64 ? 32 : 256);
+        if ((round & kHostPoll) == 0 && host_asked(st)) {
+            abort_launch(st);
+            return false;
+        }
         if ((round & 255) == 0 && st.watchdog_ns > 0) {
             bool running = false;
-            const int64_t now = now_ns(), t = progress_ticks(st, &running);
+            const int64_t now = now_ns(), t = beat_ticks(st, &running);
             if (t != ticks || running) {
                 ticks = t;
                 since = now;
-            } else if (now - since > st.watchdog_ns) {
+            } else if (now - since > 2 * st.watchdog_ns) {
                 fail(st, MPK_HANG).s("watchdog (in the kernel): no task finished and no task ran for ")
                     .i((now - since) / 1000000).s(" ms");
                 abort_launch(st);
                 return false;
             }
         }
+#if defined(__CUDACC__)
+        __nanosleep(round < 64 ? 32 : 256);
 #else
         if (round <= 64) {
             cpu_relax();
@@ -348,14 +391,43 @@ struct Owners {
     MPK_DEVICE bool has(int32_t s) const { return (bits[s >> 6] >> (s & 63)) & 1; }
 };
 
-MPK_DEVICE inline void owners_of_event(const State& st, int32_t ev, int64_t iteration, Owners* o) {
+// ---- the two dispatch models (docs/runtime.md, "Dispatch models"), one unit each: which schedulers a
+// pass's START goes to and what they enqueue, and what an event that completes does. start_owners,
+// start_pass and event_fired (below) pick the unit of cfg.dispatch.
+//
+// dispatch="event" (the default): START enqueues the first tasks (those waiting on nothing); an
+// event that completes goes to the schedulers owning a worker of one of its waiting tasks, which
+// enqueue those (`dispatch`): a task enters a queue once its event has fired.
+MPK_DEVICE inline void event_start_owners(const State& st, int64_t iteration, Owners* o) {
     const int32_t W = st.cfg.num_workers, S = st.cfg.num_local_schedulers;
     o->clear();
-    if (ev < 0) {
-        for (int32_t k = 0; k < st.num_first_tasks; ++k)
-            o->add(scheduler_of(W, S, assign_worker(st, iteration, st.first_tasks[k])));
-        return;
-    }
+    for (int32_t k = 0; k < st.num_first_tasks; ++k)
+        o->add(scheduler_of(W, S, assign_worker(st, iteration, st.first_tasks[k])));
+}
+
+// dispatch="mpk": MPK's pre-launch. Its register_mugraph (src/kernel/runtime.cc) turns every launch
+// event into EVENT_EMPTY and makes the begin task's event launch all tasks; its execute_scheduler
+// (persistent_kernel.cuh) enqueues them round-robin over the workers at a pass's start, and
+// execute_worker waits for each task's dependent event in queue order. Here: START goes to every
+// scheduler that owns a worker, each enqueues all of the pass's tasks of its workers in position
+// order (prelaunch), and an event that completes enqueues nothing; take_batch waits for each
+// task's event in queue order.
+MPK_DEVICE inline void prelaunch_start_owners(const State& st, Owners* o) {
+    o->clear();
+    for (int32_t s = 0; s < st.num_owning; ++s) o->add(s);
+}
+
+MPK_DEVICE inline void start_owners(const State& st, int64_t iteration, Owners* o) {
+    if (st.cfg.dispatch == MPK_DISPATCH_MPK)
+        prelaunch_start_owners(st, o);
+    else
+        event_start_owners(st, iteration, o);
+}
+
+MPK_DEVICE inline void owners_of_event(const State& st, int32_t ev, int64_t iteration, Owners* o) {
+    const int32_t W = st.cfg.num_workers, S = st.cfg.num_local_schedulers;
+    if (ev < 0) return start_owners(st, iteration, o);
+    o->clear();
     const MpkEvent& e = st.events[ev];
     const int32_t n = e.last_task_id - e.first_task_id;
     if (!st.cfg.jitter && st.event_waiters[ev] == n && n >= W) {  // round-robin over >= W tasks
@@ -406,6 +478,28 @@ MPK_DEVICE MPK_NOINLINE inline bool dispatch(State& st, int32_t s, int32_t ev, i
     return true;
 }
 
+MPK_DEVICE MPK_NOINLINE inline bool prelaunch(State& st, int32_t s, int64_t iteration) {
+    const int32_t W = st.cfg.num_workers, S = st.cfg.num_local_schedulers;
+    const int32_t lo = first_worker(W, S, s), hi = first_worker(W, S, s + 1);
+    for (int32_t p = 1; p < st.cfg.num_tasks; ++p) {
+        const int32_t w = assign_worker(st, iteration, p);
+        if (w < lo || w >= hi) continue;
+        stamp(st, p, kReady);
+        if (!push_task(st, w, make_task_id(iteration, p))) return false;
+    }
+    return true;
+}
+
+// START of `iteration` at scheduler s, and event `ev` of `iteration` completed on a worker.
+MPK_DEVICE inline bool start_pass(State& st, int32_t s, int64_t iteration) {
+    return st.cfg.dispatch == MPK_DISPATCH_MPK ? prelaunch(st, s, iteration) : dispatch(st, s, -1, iteration);
+}
+MPK_DEVICE inline bool event_fired(State& st, int32_t ev, int64_t iteration) {
+    if (st.cfg.dispatch == MPK_DISPATCH_MPK) return true;  // MPK's EVENT_EMPTY
+    bool mine = false;  // a worker is no scheduler: `mine` stays false
+    return route(st, uint32_t(ev), ev, iteration, -1, &mine);
+}
+
 MPK_DEVICE inline void terminate_workers(State& st, int32_t s) {
     const int32_t W = st.cfg.num_workers, S = st.cfg.num_local_schedulers;
     for (int32_t w = first_worker(W, S, s); w < first_worker(W, S, s + 1); ++w)
@@ -428,7 +522,7 @@ MPK_DEVICE MPK_NOINLINE inline bool end_of_pass(State& st, int64_t iteration) {
     if (more && !aborted(st)) {
         bool mine = false;
         if (!route(st, kMsgStart, -1, iteration + 1, 0, &mine)) return false;
-        return !mine || dispatch(st, 0, -1, iteration + 1);
+        return !mine || start_pass(st, 0, iteration + 1);
     }
     for (int32_t s = 1; s < st.cfg.num_local_schedulers; ++s) push_message(st, s, kMsgTerminate);
     terminate_workers(st, 0);
@@ -438,8 +532,10 @@ MPK_DEVICE MPK_NOINLINE inline bool end_of_pass(State& st, int64_t iteration) {
 // One scheduler: lane 0 of a warp (the other lanes return at once).
 MPK_DEVICE MPK_NOINLINE inline void scheduler_loop(State& st, int32_t s) {
     SchedulerSlot& me = st.schedulers[s];
+    Beat& beat = st.beats[st.cfg.num_workers + s];
     st_relaxed_sys(&me.state, int32_t(MPK_WORKER_IDLE));
     st_relaxed_sys(&me.arrived, int32_t(1));
+    st_relaxed(&beat.arrived, int32_t(1));
     if (s == 0) {
         RequestState& rq = *st.requests;
         if (init_kernel(rq, st.meta, st.cfg) != MPK_OK) {
@@ -462,7 +558,8 @@ MPK_DEVICE MPK_NOINLINE inline void scheduler_loop(State& st, int32_t s) {
             if (!spin.wait(st)) return;
         const uint64_t msg = ld_relaxed(&e.msg);
         st_release(&st.sched_head[s].v, h + 1);
-        st_relaxed_sys(&me.handled, me.handled + 1);
+        st_relaxed_sys(&me.handled, h + 1);  // (stores only: the host reads the slot)
+        st_relaxed(&beat.ticks, h + 1);
         const int64_t iteration = int64_t(msg >> 32);
         const uint32_t what = uint32_t(msg & 0xffffffffu);
         bool go = true;
@@ -470,7 +567,7 @@ MPK_DEVICE MPK_NOINLINE inline void scheduler_loop(State& st, int32_t s) {
             terminate_workers(st, s);
             go = false;
         } else if (what == kMsgStart) {
-            go = dispatch(st, s, -1, iteration);
+            go = start_pass(st, s, iteration);
         } else if (int32_t(what) == st.cfg.num_events - 1) {
             go = s == 0 && end_of_pass(st, iteration);
         } else {
@@ -506,6 +603,7 @@ MPK_DEVICE inline bool wait_peer(const TaskView& v, const int64_t* counter, int6
     st_relaxed_sys(&me.needed, needed);
     st_relaxed_sys(&me.counter, seen);
     st_relaxed_sys(&me.state, int32_t(MPK_WORKER_WAITING));
+    st_relaxed(&st.beats[c.worker].running, int32_t(0));  // waiting on a peer can hang
     Spin spin;
     while ((seen = ld_acquire_sys(counter)) < needed) {
         if (!spin.wait(st)) {
@@ -516,6 +614,7 @@ MPK_DEVICE inline bool wait_peer(const TaskView& v, const int64_t* counter, int6
     st_relaxed_sys(&me.counter, seen);
     st_relaxed_sys(&me.peer, int32_t(-1));
     st_relaxed_sys(&me.state, int32_t(MPK_WORKER_RUNNING));
+    st_relaxed(&st.beats[c.worker].running, int32_t(1));
     return true;
 }
 
@@ -561,6 +660,8 @@ struct Batch {
     int32_t next, term;           // several ranks: the next position to run, TERMINATE seen
     int64_t cur;                  // several ranks: the pass of `next`
     uint64_t rng;                 // thread 0's jitter stream
+    int64_t started, done;        // tasks begun / completed: the slot's counts, kept here so the
+                                  // slot (host-mapped on the GPU) is only stored to
     int32_t pos[kBatch];
     int64_t iteration[kBatch];
     TaskContext ctx[kBatch];
@@ -598,13 +699,15 @@ MPK_DEVICE inline void fill_view(State& st, int32_t w, int32_t pos, int64_t iter
                              (st.cfg.jitter ? st.cfg.jitter_seed : 0));
 }
 
-MPK_DEVICE MPK_INLINE void show_running(WorkerSlot& me, int32_t pos, int64_t iteration) {
-    st_relaxed_sys(&me.task, int64_t(pos));
-    st_relaxed_sys(&me.iteration, iteration);
+MPK_DEVICE MPK_INLINE void show_running(State& st, int32_t w, Batch& b, int32_t j) {
+    WorkerSlot& me = st.workers[w];
+    st_relaxed_sys(&me.task, int64_t(b.pos[j]));
+    st_relaxed_sys(&me.iteration, b.iteration[j]);
     st_relaxed_sys(&me.event, int32_t(-1));
     st_relaxed_sys(&me.peer, int32_t(-1));
-    st_relaxed_sys(&me.started, me.started + 1);
+    st_relaxed_sys(&me.started, ++b.started);
     st_relaxed_sys(&me.state, int32_t(MPK_WORKER_RUNNING));
+    st_relaxed(&st.beats[w].running, int32_t(1));
 }
 
 // Several ranks: the next position after `from` that worker w runs in `iteration` (num_tasks:
@@ -709,7 +812,7 @@ MPK_DEVICE MPK_NOINLINE inline void take_batch(State& st, int32_t w, Batch& b) {
             return;
         }
     }
-    if (b.n > 0) show_running(me, b.pos[0], b.iteration[0]);
+    if (b.n > 0) show_running(st, w, b, 0);
 }
 
 // Thread 0, after every thread has finished task j of the batch: triggers its events (an event
@@ -735,17 +838,18 @@ MPK_DEVICE MPK_NOINLINE inline void finish_task(State& st, int32_t w, Batch& b, 
             const int32_t ev = t.trigger_events[k];
             const int64_t needed = int64_t(st.events[ev].num_triggers) * iteration;
             if (atomic_add_acq_rel(&st.counters[ev], int64_t(1)) + 1 != needed) continue;
-            bool mine = false;  // a worker is no scheduler: `mine` stays false
             const bool ok = ev == st.cfg.num_events - 1
                                 ? push_message(st, 0, (uint64_t(iteration) << 32) | uint32_t(ev))
-                                : route(st, uint32_t(ev), ev, iteration, -1, &mine);
+                                : event_fired(st, ev, iteration);
             if (!ok) return;
         }
     }
     if (st.cfg.task_record) record(st, pos, kWorker, w);
     st_release(&st.progress[pos], iteration);
-    st_relaxed_sys(&me.done, me.done + 1);
-    if (j + 1 < b.n) show_running(me, b.pos[j + 1], b.iteration[j + 1]);
+    st_relaxed_sys(&me.done, ++b.done);
+    st_relaxed(&st.beats[w].ticks, b.done);
+    st_relaxed(&st.beats[w].running, int32_t(0));
+    if (j + 1 < b.n) show_running(st, w, b, j + 1);
 }
 
 // Test mode: every task starts with the block's dynamic shared memory filled with 0xFF (NaN as
@@ -808,7 +912,9 @@ template <class D> MPK_DEVICE void worker_loop(State& st, int32_t w) {
         b.cur = 0;
         b.next = st.cfg.num_tasks;
         b.term = 0;
+        b.started = b.done = 0;
         st_relaxed_sys(&st.workers[w].arrived, int32_t(1));
+        st_relaxed(&st.beats[w].arrived, int32_t(1));
     }
 #if defined(__CUDACC__)
     if (test_mode) poison_smem();  // (the barrier below separates it from the first task)

@@ -59,7 +59,11 @@ struct Kernel {
     RequestState requests{};
     std::vector<exec::WorkerSlot> workers;
     std::vector<exec::SchedulerSlot> schedulers;
-    exec::Control control{};
+    std::vector<exec::Beat> beats;
+    exec::Control control{};     // the executor's (its threads write it)
+    int32_t host_abort = 0;      // atomic; the supervisor's request to stop (exec::State::host_abort)
+    int32_t host_status = MPK_OK;  // the supervisor's verdict (hang, stuck, interrupted) and its message
+    std::string host_message;
     exec::State st{};
 
     // threads: index < num_workers is worker `index`, the rest scheduler `index - num_workers`
@@ -106,6 +110,7 @@ inline void allocate(Kernel& k) {
     bind_requests(k.requests, k.request_words.data(), c);
     k.workers.assign(size_t(W), exec::WorkerSlot{});
     k.schedulers.assign(size_t(S), exec::SchedulerSlot{});
+    k.beats.assign(size_t(W + S), exec::Beat{});
     k.busy.assign(size_t(W + S), 0);
 
     exec::State& st = k.st;
@@ -121,11 +126,11 @@ inline void allocate(Kernel& k) {
     st.num_first_tasks = int32_t(k.first_tasks.size());
     st.num_owning = S < W ? S : W;
     st.event_waiters = k.event_waiters.data();
-    st.watchdog_ns = 0;  // the supervisor below is the CPU's watchdog
+    st.watchdog_ns = c.watchdog_s > 0 ? int64_t(c.watchdog_s * 1e9) : 0;  // the backstop (Spin) behind the supervisor
     st.counters = k.counters.data();
     st.progress = k.progress.data();
     st.arrived = k.arrived.data();
-    st.ordered = c.world_size > 1;
+    st.ordered = exec::ordered_mode(c);
     st.worker_ring = k.worker_ring.data();
     st.worker_cap = wcap;
     st.worker_head = k.worker_head.data();
@@ -138,6 +143,8 @@ inline void allocate(Kernel& k) {
     st.workers = k.workers.data();
     st.schedulers = k.schedulers.data();
     st.control = &k.control;
+    st.host_abort = &k.host_abort;
+    st.beats = k.beats.data();
     k.stuck_s = c.stuck_s > 0 ? c.stuck_s : 10 * c.watchdog_s;
 }
 
@@ -156,6 +163,10 @@ inline void reset_launch(Kernel& k) {
         s.event = s.peer = -1;
     }
     for (exec::SchedulerSlot& s : k.schedulers) s = exec::SchedulerSlot{};
+    for (exec::Beat& b : k.beats) b = exec::Beat{};
+    k.host_abort = 0;
+    k.host_status = MPK_OK;
+    k.host_message.clear();
     k.control.abort = 0;
     k.control.status = MPK_OK;
     k.control.iterations = 0;
@@ -168,11 +179,16 @@ inline void reset_launch(Kernel& k) {
     k.hang_after_s = 0;
 }
 
-// ---- failures found on the host
+// ---- failures
 
-inline void fail(Kernel& k, int32_t code, const std::string& why) {
-    exec::fail(k.st, code).s(why.c_str());
-    exec::abort_launch(k.st);
+// The supervisor's verdict: kept on the host (the executor's status has one writer, its own
+// threads), and the executor asked to stop: its spin loops see host_abort.
+inline void host_fail(Kernel& k, int32_t code, const std::string& why) {
+    if (k.host_status == MPK_OK) {
+        k.host_status = code;
+        k.host_message = why;
+    }
+    st_release(&k.host_abort, int32_t(1));
 }
 
 // A worker's or scheduler's block ended with an exception (a task threw, a SIMT violation).
@@ -197,7 +213,8 @@ inline void block_failed(Kernel& k, int32_t index, const char* what) {
         snprintf(buf, sizeof buf, "worker %d's block failed: ", index);
     else
         snprintf(buf, sizeof buf, "scheduler %d failed: ", index - W);
-    fail(k, MPK_INTERNAL, std::string(buf) + what);
+    exec::fail(k.st, MPK_INTERNAL).s(buf).s(what);  // the executor's own failure (its thread)
+    exec::abort_launch(k.st);
 }
 
 // ---- threads
@@ -253,7 +270,7 @@ inline std::string hang_message(const Kernel& k) {
     char buf[320];
     snprintf(buf, sizeof buf, "watchdog: no task finished and no task ran for %.2f s (watchdog_s = %g)",
              k.hang_after_s, k.cfg.watchdog_s);
-    std::string msg = buf;
+    std::string msg = k.hang_after_s > 0 ? buf : k.control.message;  // else the in-kernel backstop's (Spin)
     const int64_t pass = k.control.iterations + 1;
     int shown = 0;
     for (int32_t e = 1; e + 1 < k.cfg.num_events; ++e) {
@@ -349,7 +366,7 @@ inline int32_t supervise(Kernel& k) {
             if (k.done.wait_for(lock, poll, [&] { return k.live == 0; })) return 0;
         }
         if (ld_acquire(&k.interrupt)) {
-            fail(k, MPK_INTERRUPTED, "");  // the message is composed after the threads are back
+            host_fail(k, MPK_INTERRUPTED, "");  // the message is composed after the threads are back
             return await_return(k, kInterruptGraceS);
         }
         if (limit <= 0 && stuck <= 0) continue;
@@ -368,7 +385,7 @@ inline int32_t supervise(Kernel& k) {
         } else if (hang_checked && std::chrono::duration<double>(now - last).count() >= limit) {
             hang_checked = false;  // once: the threads now leave within about 1 ms
             k.hang_after_s = std::chrono::duration<double>(now - last).count();
-            fail(k, MPK_HANG, "");  // the message is composed after the threads are back
+            host_fail(k, MPK_HANG, "");  // the message is composed after the threads are back
         }
         for (int32_t w = 0; w < W && stuck > 0; ++w) {
             const exec::WorkerSlot& s = k.workers[size_t(w)];
@@ -384,7 +401,7 @@ inline int32_t supervise(Kernel& k) {
             snprintf(buf, sizeof buf, "task %lld (iteration %lld) has been inside its kernel on worker %d for %.2f s "
                      "(stuck_s = %g; default 10 x watchdog_s): stuck. The worker cannot be stopped; finalize() the "
                      "kernel", (long long)ld_relaxed(&s.task), (long long)ld_relaxed(&s.iteration), w, inside, stuck);
-            fail(k, MPK_STUCK, buf);
+            host_fail(k, MPK_STUCK, buf);
             return await_return(k, 0);
         }
     }
@@ -441,8 +458,12 @@ inline int32_t launch(Kernel& k) {
     k.wake.notify_all();
     const int32_t left = supervise(k);
     ++k.launches;
-    k.status = ld_acquire(&k.control.status);
+    k.status = ld_acquire(&k.control.status);  // the executor's failure, if any, came first
     k.message = k.control.message;
+    if (k.status == MPK_OK && k.host_status != MPK_OK) {
+        k.status = k.host_status;
+        k.message = k.host_message;
+    }
     if (k.status == MPK_HANG) k.message = hang_message(k);
     if (k.status == MPK_INTERRUPTED) k.message = interrupted_message(k, left);
     if (k.status == MPK_OK) k.iteration_base += ld_relaxed(&k.control.iterations);

@@ -7,15 +7,17 @@
 // warps' lane 0 each run a scheduler, on the caller's stream. Before the first launch the driver
 // checks that every CTA can be co-resident (occupancy x SM count), else a clear error: the
 // protocol spins across CTAs and deadlocks if one of them never starts.
-// Memory: the state, tables, counters and rings in device memory; the control block (abort flag,
-// status, message) and the worker / scheduler slots in host-mapped pinned memory, so the host
-// watches a running kernel: the same watchdog and stuck check as the CPU backend (host_cpu.h),
-// polling with a wall-clock deadline, setting the abort flag that every device spin loop checks
-// (those also check a %globaltimer deadline themselves). A kernel that does not end after an
-// abort (a task spinning inside its kernel) is reported as MPK_STUCK and the handle is
-// unusable: a running kernel cannot be stopped. mpk_abort (Ctrl-C in Python) goes the same way:
-// MPK_INTERRUPTED and the abort flag, workers stop between tasks; a kernel not ended 1 s later
-// leaves the handle unusable, so the caller gets control back within about a second.
+// Memory (docs/runtime.md, "What the host sees"): the state, tables, counters, rings, the
+// executor's control block (abort flag, status, message) and the beats in device memory; in
+// host-mapped pinned memory only what crosses PCIe while the kernel runs, each with one writer:
+// the worker / scheduler slots (the device stores, the host reads: the same watchdog and stuck
+// check as the CPU backend, host_cpu.h) and the host's request to stop (the host stores, the
+// device's spin loops read it every 256 rounds, never a task's path). The host's verdicts (hang,
+// stuck, interrupted) stay on the host; the control block is copied back after the kernel ends.
+// A kernel that does not end after an abort (a task spinning inside its kernel) is reported as
+// MPK_STUCK and the handle is unusable: a running kernel cannot be stopped. mpk_abort (Ctrl-C in
+// Python) goes the same way: MPK_INTERRUPTED, workers stop between tasks; a kernel not ended 1 s
+// later leaves the handle unusable, so the caller gets control back within about a second.
 // Every CUDA call goes through MPK_CUDA_CHECK, which records "file:line: call: error".
 #pragma once
 #include <cuda_runtime.h>
@@ -60,7 +62,8 @@ struct Kernel {
     exec::State* d_state = nullptr;
     std::vector<void*> device_allocs;  // freed at finalize
     std::vector<void*> tensors_host;   // mpk_init's tensor pointers (device memory), for mpk_run_task
-    exec::Control* control = nullptr;  // host-mapped (host pointers; st has the device ones)
+    exec::Control control{};           // the device's, copied back after a launch (st.control: device memory)
+    int32_t* host_abort = nullptr;     // host-mapped, host pointers (st has the device ones)
     exec::WorkerSlot* workers = nullptr;
     exec::SchedulerSlot* schedulers = nullptr;
     void* mapped = nullptr;
@@ -78,6 +81,8 @@ struct Kernel {
     std::vector<int64_t> counters, progress;  // copied back after a launch
     int32_t status = MPK_OK;
     std::string message;
+    int32_t host_status = MPK_OK;      // the host's verdict of the launch in flight
+    std::string host_message;
 };
 
 inline bool check(Kernel& k, cudaError_t e, const char* call, const char* file, int line) {
@@ -133,14 +138,14 @@ inline bool setup(Kernel& k, void* const* tensors, const MpkMeta& meta, const st
     st.num_first_tasks = int32_t(k.first_tasks.size());
     st.num_owning = S < W ? S : W;
     st.event_waiters = device_copy(k, k.event_waiters.data(), k.event_waiters.size(), &ok);
-    st.ordered = c.world_size > 1;
+    st.ordered = exec::ordered_mode(c);
     st.watchdog_ns = c.watchdog_s > 0 ? int64_t(c.watchdog_s * 1e9) : 0;
     st.worker_cap = exec::worker_ring_capacity(c.num_tasks);
     st.sched_cap = exec::scheduler_ring_capacity(c.num_events);
     // The per-launch region, one allocation so that one memset resets it.
     const size_t bytes[] = {size_t(c.num_events) * 8, size_t(c.num_tasks) * 8 * 2,
                             size_t(W) * sizeof(exec::Index) * 2, size_t(S) * sizeof(exec::Index) * 2,
-                            size_t(S * st.sched_cap) * sizeof(exec::SchedEntry)};
+                            size_t(S * st.sched_cap) * sizeof(exec::SchedEntry), size_t(W + S) * sizeof(exec::Beat)};
     size_t total = 0;
     for (size_t b : bytes) total += (b + 255) / 256 * 256;
     char* base = device_alloc<char>(k, total, &ok);
@@ -161,26 +166,27 @@ inline bool setup(Kernel& k, void* const* tensors, const MpkMeta& meta, const st
         st.sched_reserve = reinterpret_cast<exec::Index*>(carve(bytes[3]));
         st.sched_head = st.sched_reserve + S;
         st.sched_ring = reinterpret_cast<exec::SchedEntry*>(carve(bytes[4]));
+        st.beats = reinterpret_cast<exec::Beat*>(carve(bytes[5]));
     }
+    st.control = device_alloc<exec::Control>(k, 1, &ok);
     st.worker_ring = device_alloc<exec::TaskId>(k, size_t(W * st.worker_cap), &ok);
     int32_t* words = device_alloc<int32_t>(k, size_t(request_words(c)), &ok);
     RequestState rq;
     bind_requests(rq, words, c);  // pointers only: fine for device memory
     st.requests = device_copy(k, &rq, 1, &ok);
-    // host-mapped: the control block and the slots
-    const size_t mapped = sizeof(exec::Control) + size_t(W) * sizeof(exec::WorkerSlot) +
-                          size_t(S) * sizeof(exec::SchedulerSlot) + 128;
+    // host-mapped: the host's request and the slots
+    const size_t mapped = 64 + size_t(W) * sizeof(exec::WorkerSlot) + size_t(S) * sizeof(exec::SchedulerSlot) + 128;
     if (ok && MPK_CUDA_CHECK(k, cudaHostAlloc(&k.mapped, mapped, cudaHostAllocMapped))) {
         void* dev = nullptr;
         ok = MPK_CUDA_CHECK(k, cudaHostGetDevicePointer(&dev, k.mapped, 0));
         char* h = static_cast<char*>(k.mapped);
         char* d = static_cast<char*>(dev);
-        const size_t off_w = (sizeof(exec::Control) + 63) / 64 * 64;
+        const size_t off_w = 64;
         const size_t off_s = off_w + size_t(W) * sizeof(exec::WorkerSlot);
-        k.control = reinterpret_cast<exec::Control*>(h);
+        k.host_abort = reinterpret_cast<int32_t*>(h);
         k.workers = reinterpret_cast<exec::WorkerSlot*>(h + off_w);
         k.schedulers = reinterpret_cast<exec::SchedulerSlot*>(h + off_s);
-        st.control = reinterpret_cast<exec::Control*>(d);
+        st.host_abort = reinterpret_cast<int32_t*>(d);
         st.workers = reinterpret_cast<exec::WorkerSlot*>(d + off_w);
         st.schedulers = reinterpret_cast<exec::SchedulerSlot*>(d + off_s);
     } else {
@@ -246,9 +252,12 @@ inline bool geometry(Kernel& k) {
 }
 
 inline void reset_mapped(Kernel& k) {
-    memset(k.control, 0, sizeof(exec::Control));
-    k.control->failed_worker = -1;
-    k.control->failed_task = -1;
+    k.control = exec::Control{};  // copied to the device's at the launch
+    k.control.failed_worker = -1;
+    k.control.failed_task = -1;
+    st_release_sys(k.host_abort, int32_t(0));
+    k.host_status = MPK_OK;
+    k.host_message.clear();
     for (int32_t w = 0; w < k.cfg.num_workers; ++w) {
         k.workers[w] = exec::WorkerSlot{};
         k.workers[w].task = -1;
@@ -257,13 +266,22 @@ inline void reset_mapped(Kernel& k) {
     for (int32_t s = 0; s < k.cfg.num_local_schedulers; ++s) k.schedulers[s] = exec::SchedulerSlot{};
 }
 
-// The host's view of the state: the slots and control block through host pointers.
+// The host's view of the state: the slots through host pointers.
 inline exec::State host_view(const Kernel& k) {
     exec::State v = k.st;
-    v.control = k.control;
     v.workers = k.workers;
     v.schedulers = k.schedulers;
     return v;
+}
+
+// The host's verdict, kept on the host (the device's status has the device as its one writer),
+// and the request that the device's spin loops turn into its abort flag.
+inline void host_fail(Kernel& k, int32_t code, const char* why) {
+    if (k.host_status == MPK_OK) {
+        k.host_status = code;
+        k.host_message = why;
+    }
+    st_release_sys(k.host_abort, int32_t(1));
 }
 
 // Waits for the launch in flight with the watchdog and the stuck check; collects the results.
@@ -289,8 +307,7 @@ inline int32_t finish(Kernel& k) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
         const clock::time_point now = clock::now();
         if (!aborted && ld_acquire(&k.interrupt)) {  // mpk_abort: the flag the device spin loops poll
-            exec::fail(view, MPK_INTERRUPTED);
-            exec::abort_launch(view);
+            host_fail(k, MPK_INTERRUPTED, "");
             aborted = interrupted = true;
             aborted_at = now;
         }
@@ -313,8 +330,7 @@ inline int32_t finish(Kernel& k) {
             last = now;
         } else if (limit > 0 && std::chrono::duration<double>(now - last).count() >= limit) {
             k.hang_after_s = std::chrono::duration<double>(now - last).count();
-            exec::fail(view, MPK_HANG);
-            exec::abort_launch(view);
+            host_fail(k, MPK_HANG, "");
             aborted = true;
             aborted_at = now;
         }
@@ -329,8 +345,7 @@ inline int32_t finish(Kernel& k) {
                 snprintf(buf, sizeof buf, "task %lld (iteration %lld) has been inside its kernel on worker %d for more "
                          "than %g s (stuck_s; default 10 x watchdog_s): stuck", (long long)ld_relaxed(&s.task),
                          (long long)ld_relaxed(&s.iteration), w, stuck);
-                exec::fail(view, MPK_STUCK).s(buf);
-                exec::abort_launch(view);
+                host_fail(k, MPK_STUCK, buf);
                 aborted = true;
                 aborted_at = now;
             }
@@ -341,10 +356,16 @@ inline int32_t finish(Kernel& k) {
     if (!MPK_CUDA_CHECK(k, cudaMemcpy(k.counters.data(), k.st.counters, k.counters.size() * 8, cudaMemcpyDeviceToHost)) ||
         !MPK_CUDA_CHECK(k, cudaMemcpy(k.progress.data(), k.st.progress, k.progress.size() * 8, cudaMemcpyDeviceToHost)))
         return k.status;
-    k.status = ld_acquire_sys(&k.control->status);
-    k.message = k.control->message;
+    if (!MPK_CUDA_CHECK(k, cudaMemcpy(&k.control, k.st.control, sizeof k.control, cudaMemcpyDeviceToHost)))
+        return k.status;
+    k.status = k.control.status;  // the device's failure, if any, came first
+    k.message = k.control.message;
+    if (k.status == MPK_OK && k.host_status != MPK_OK) {
+        k.status = k.host_status;
+        k.message = k.host_message;
+    }
     if (k.status == MPK_INTERRUPTED) {
-        const int64_t pass = k.control->iterations + 1;
+        const int64_t pass = k.control.iterations + 1;
         int64_t done = 0;
         for (size_t t = 1; t < k.progress.size(); ++t) done += k.progress[t] >= pass;
         k.message = "interrupted (mpk_abort) during pass " + std::to_string(pass) + " after " + std::to_string(done) +
@@ -356,7 +377,7 @@ inline int32_t finish(Kernel& k) {
                  k.hang_after_s, k.cfg.watchdog_s);
         k.message = buf;
     }
-    if (k.status == MPK_OK) k.iteration_base += k.control->iterations;
+    if (k.status == MPK_OK) k.iteration_base += k.control.iterations;
     return k.status;
 }
 
@@ -376,6 +397,8 @@ inline int32_t launch(Kernel& k, cudaStream_t stream, bool wait) {
     void* args[] = {&k.d_state};
     if (!MPK_CUDA_CHECK(k, cudaMemsetAsync(k.reset_base, 0, k.launch_bytes, stream)) ||
         !MPK_CUDA_CHECK(k, cudaMemcpyAsync(k.d_state, &k.st, sizeof k.st, cudaMemcpyHostToDevice, stream)) ||
+        !MPK_CUDA_CHECK(k, cudaMemcpyAsync(k.st.control, &k.control, sizeof k.control, cudaMemcpyHostToDevice,
+                                           stream)) ||
         !MPK_CUDA_CHECK(k, cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(k.kernel), dim3(unsigned(k.grid)),
                                                        dim3(unsigned(k.block)), args, k.smem, stream)) ||
         !MPK_CUDA_CHECK(k, cudaEventRecord(k.done, stream)))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ctypes as C
 
-ABI_VERSION = 8
+ABI_VERSION = 9
 MAX_DIMS, MAX_TILES, MAX_TRIGGERS, NUM_IPARAMS, NUM_FPARAMS = 4, 8, 8, 4, 2
 TASK_TERMINATE, TASK_END_OF_TASK_GRAPH, TASK_FIRST_LAYER = 0, 1, 100
 EVENT_TYPES = {"termination": 0, "launch": 1, "end_of_task_graph": 2}
@@ -55,7 +55,8 @@ class MpkConfig(C.Structure):
                 ("fault_element", C.c_int64), ("peer_tensor_ptrs", C.c_void_p),
                 ("peer_signal_ptrs", C.c_void_p), ("num_signal_slots", C.c_int32),
                 ("worker_threads", C.c_int32), ("smem_bytes", C.c_int32), ("in_order", C.c_int32),
-                ("profile", C.c_int32), ("task_record", C.c_void_p), ("num_guard_ranges", C.c_int32),
+                ("profile", C.c_int32), ("dispatch", C.c_int32), ("pad_dispatch", C.c_int32),
+                ("task_record", C.c_void_p), ("num_guard_ranges", C.c_int32),
                 ("max_guard_faults", C.c_int32), ("guard_ranges", C.c_void_p), ("guard_faults", C.c_void_p),
                 ("guard_fault_count", C.c_void_p)]
 RECORD_FIELDS = 4        # MpkConfig.task_record per task: ready, begin, end (ns), worker

@@ -40,6 +40,7 @@ _MPK_DEFAULTS = dict(mode="offline", world_size=1, mpi_rank=0, num_workers=1, nu
 _POSITIVE = ("num_workers", "num_local_schedulers", "max_seq_length", "max_num_batched_requests",
              "max_num_batched_tokens", "max_num_pages", "page_size", "world_size")
 _BACKENDS = ("auto", "cpu", "cuda")
+_DISPATCH = {"event": 0, "mpk": 1}      # MPK_DISPATCH_EVENT, MPK_DISPATCH_MPK (csrc/runtime/abi.h)
 # Dynamic shared memory of a worker block: what every GPU since Volta gives a block without
 # opting in (48 KiB); task kernels take theirs through mpk::smem (csrc/runtime/simt.h).
 WORKER_SMEM_BYTES = 48 * 1024
@@ -84,7 +85,8 @@ class PersistentKernel:
                  trace_name: str = "test_trace", spec_decode_config=None, use_cutlass_kernel: bool = False,
                  eos_token_id: int = -1, test_mode: bool = False, *, backend: str = "auto",
                  watchdog_s: float | None = None, schedule_jitter: int | None = None,
-                 fault: Fault | None = None, profile: bool = False, target_cc: int | None = None):
+                 fault: Fault | None = None, profile: bool = False, target_cc: int | None = None,
+                 dispatch: str | None = None):
         self.params = dict(mode=mode, world_size=world_size, mpi_rank=mpi_rank, num_workers=num_workers,
                            num_local_schedulers=num_local_schedulers,
                            num_remote_schedulers=num_remote_schedulers, max_seq_length=max_seq_length,
@@ -118,6 +120,11 @@ class PersistentKernel:
         elif schedule_jitter is not None:
             schedule_jitter = _seed("schedule_jitter", schedule_jitter)
         self.schedule_jitter = schedule_jitter
+        # docs/runtime.md, "Dispatch models": "event" enqueues a task when its event fires, "mpk" every
+        # task at a pass's start (MPK's pre-launch); MPK_DISPATCH runs a whole suite under one of them
+        self.dispatch = dispatch if dispatch is not None else os.environ.get("MPK_DISPATCH", "event")
+        if self.dispatch not in _DISPATCH:
+            raise ValueError(f"PersistentKernel: dispatch={self.dispatch!r}; expected one of {sorted(_DISPATCH)}")
         self.sanitize = os.environ.get("MPK_SANITIZE", "")
         if target_cc is not None and (not isinstance(target_cc, int) or isinstance(target_cc, bool)
                                       or not 0 <= target_cc < 1000):
@@ -413,7 +420,7 @@ class PersistentKernel:
                       eos_token_id=p["eos_token_id"], mpi_rank=self.mpi_rank, world_size=self.world_size,
                       worker_threads=self.worker_threads, smem_bytes=WORKER_SMEM_BYTES)
         self._record = profiler.record_buffer(self.profiler_tensor, len(graph.tasks), self.device)
-        config.update(in_order=0, profile=int(self.profile), task_record=self._record.data_ptr())
+        config.update(in_order=0, dispatch=_DISPATCH[self.dispatch], profile=int(self.profile), task_record=self._record.data_ptr())
         self._allocate_symmetric(graph, config)     # collective: after every rank's compile
         pointers = self._guard(graph, config)
         self._launch_args = (module, variants, config)    # for _rerun

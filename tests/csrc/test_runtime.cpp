@@ -490,8 +490,10 @@ static void test_topologies() {
         const auto t0 = std::chrono::steady_clock::now();
         for (const auto& ws : configs)
             for (uint64_t seed = 0; seed <= 7; ++seed)
-                for (int ranks = 1; ranks <= 2; ++ranks) {  // 2: each worker runs its tasks in position order
+                for (int ranks = 1; ranks <= 2; ++ranks)  // 2: each worker runs its tasks in position order
+                    for (int32_t dispatch : {MPK_DISPATCH_EVENT, MPK_DISPATCH_MPK}) {
                     MpkConfig c = default_config();
+                    c.dispatch = dispatch;
                     c.num_workers = ws[0];
                     c.num_local_schedulers = ws[1];
                     c.jitter = seed > 0;
@@ -504,7 +506,7 @@ static void test_topologies() {
                     ++runs;
                 }
         printf("topology %-10s tasks %3d: %2d runs (workers x schedulers 1x1 3x1 8x2 8x4 2x4, jitter off + seeds 1..7, "
-               "world_size 1 and 2), values/progress/counters exact, %.2f s %s\n",
+               "world_size 1 and 2, dispatch event and mpk), values/progress/counters exact, %.2f s %s\n",
                shape.name, shape.g.num_tasks() - 1, runs, seconds_since(t0), g_failures == before ? "PASS" : "FAIL");
     }
 }
@@ -964,6 +966,33 @@ static void test_event_driven_dispatch() {
            g_failures == before ? "PASS" : "FAIL");
 }
 
+// MPK's pre-launch (dispatch = MPK_DISPATCH_MPK): the same graph, and now the 20 tasks waiting on
+// PROBE are in the rings while it runs (queued at the pass's start, before their event fired),
+// yet each runs only after it: the values are exact.
+static void test_prelaunch_dispatch() {
+    const int before = g_failures;
+    Graph g;
+    const int p = g.add({}, fake::PROBE, 60);
+    for (int i = 0; i < 40; ++i) g.add({});
+    for (int i = 0; i < 20; ++i) g.add({p});
+    MpkConfig c = default_config();
+    c.num_workers = 2;
+    c.num_local_schedulers = 2;
+    c.dispatch = MPK_DISPATCH_MPK;
+    Instance in(g, c);
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    fake::g_violations = 0;
+    fake::g_queued_seen = 0;
+    fake::g_kernel = static_cast<mpk::host::Kernel*>(in.handle);
+    in.launch();
+    fake::g_kernel = nullptr;
+    in.check_clean_run(1, "pre-launch dispatch");
+    CHECK(fake::g_violations > 0, "no task was queued before its event fired: not MPK's pre-launch");
+    printf("pre-launch dispatch (MPK's): while task 1 ran, %d queued ids seen, %d of them before their event fired; "
+           "values exact %s\n", fake::g_queued_seen.load(), fake::g_violations.load(),
+           g_failures == before ? "PASS" : "FAIL");
+}
+
 // The task record (abi.h, docs/profiler.md): with profile = 1 every task's worker is the one
 // assign_worker gives, 0 < ready <= begin < end, and one worker's tasks never overlap in time;
 // without profile only the worker is written. in_order (testing's serial re-run) on one worker
@@ -1258,6 +1287,7 @@ int main() {
     test_peer_wait();
     test_long_task_is_not_a_hang();
     test_event_driven_dispatch();
+    test_prelaunch_dispatch();
     test_task_record_and_in_order();
     test_smem_poisoned_between_tasks();
     test_scheduler_queue_overflow();

@@ -81,9 +81,10 @@ class Model:
 # ---- the DAG as a kernel ---------------------------------------------------------------------
 
 def make_pk(dag, gen: torch.Generator, buffer_rng: random.Random,
-            fault: Fault | None = None) -> tuple[PersistentKernel, dict]:
+            fault: Fault | None = None, dispatch: str = "event") -> tuple[PersistentKernel, dict]:
     workers = 2 + dag.seed % 5                  # 2..6 workers (more than the 2 cores of CI), jittered
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=dag.seed, num_workers=workers), fault=fault)
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=dag.seed, num_workers=workers, dispatch=dispatch),
+                          fault=fault)
     data = {}
 
     def make_tensor(pk, name, dims, given):
@@ -185,21 +186,21 @@ def run_model(dag, pk, before: dict) -> dict[str, Model]:
 
 # ---- one DAG ---------------------------------------------------------------------------------
 
-def run_dag(seed: int, fault: Fault | None = None) -> dict:
+def run_dag(seed: int, fault: Fault | None = None, dispatch: str = "event") -> dict:
     dag = dags.random_dag(seed, all_kinds=True)
     try:
-        return _run_dag(dag, fault)
+        return _run_dag(dag, fault, dispatch)
     except Exception:
         if fault is None:
-            print(f"FAILED DAG (reproduce: python {os.path.relpath(__file__)} {seed})\n{dag.describe()}",
-                  flush=True)
+            print(f"FAILED DAG (reproduce: MPK_DISPATCH={dispatch} python {os.path.relpath(__file__)} {seed})\n"
+                  f"{dag.describe()}", flush=True)
         raise
 
 
-def _run_dag(dag, fault: Fault | None) -> dict:
+def _run_dag(dag, fault: Fault | None, dispatch: str = "event") -> dict:
     gen = torch.Generator(device="cpu")
     gen.manual_seed(dag.seed)
-    pk, before = make_pk(dag, gen, random.Random(dag.seed), fault)
+    pk, before = make_pk(dag, gen, random.Random(dag.seed), fault, dispatch)
     pk.compile()
     model = run_model(dag, pk, before)
     pk()
@@ -223,13 +224,13 @@ def _run_dag(dag, fault: Fault | None) -> dict:
                 kinds=frozenset(layer.cpp_function for layer in pk.layers))
 
 
-def run_seeds(seeds) -> dict:
+def run_seeds(seeds, dispatch: str = "event") -> dict:
     t0 = time.perf_counter()
     tot = dict(dags=0, layers=0, tasks=0, compiles=0, compile_s=0.0, nontrivial=0, compared=0, written=0)
     variant_sets, failures = set(), []
     for seed in seeds:
         try:
-            r = run_dag(seed)
+            r = run_dag(seed, dispatch=dispatch)
         except Exception as e:                    # keep going: report every failing seed
             failures.append(f"seed {seed}: {type(e).__name__}: {str(e).splitlines()[0]}")
             continue
@@ -241,8 +242,8 @@ def run_seeds(seeds) -> dict:
     return tot
 
 
-def summary(t: dict) -> str:
-    return (f"random DAGs in test mode: {t['dags']} DAGs, {t['layers']} layers, {t['tasks']} tasks, "
+def summary(t: dict, dispatch: str = "event") -> str:
+    return (f"random DAGs in test mode, dispatch={dispatch!r}: {t['dags']} DAGs, {t['layers']} layers, {t['tasks']} tasks, "
             f"{t['compared']} tensors compared ({t['written']} computed, {t['nontrivial']} of them nonzero), "
             f"{t['compiles']} compile(s) taking {t['compile_s']:.1f} s for {t['variant_sets']} variant "
             f"set(s), "
@@ -251,9 +252,11 @@ def summary(t: dict) -> str:
 
 # ---- tests -----------------------------------------------------------------------------------
 
-def test_random_dags_match_sequential_model():
-    t = run_seeds(SEEDS)
-    print(summary(t))
+@pytest.mark.parametrize("dispatch", ["event", "mpk"])
+def test_random_dags_match_sequential_model(dispatch):
+    """Under both dispatch models (docs/runtime.md): this project's event dispatch and MPK's pre-launch."""
+    t = run_seeds(SEEDS, dispatch)
+    print(summary(t, dispatch))
     assert not t["failures"], "failing seeds (the DAGs are printed above):\n" + "\n".join(t["failures"])
     assert t["variant_sets"] == 1, "every DAG uses all 7 float32 variants, so one build serves them all"
     assert t["nontrivial"] > t["written"] // 2, "most computed tensors should have a nonzero reference"
@@ -324,8 +327,9 @@ if __name__ == "__main__":
     if not os.environ.get("MPK_CACHE_DIR"):       # as under pytest (tests/conftest.py): a fresh cache
         os.environ["MPK_CACHE_DIR"] = tempfile.mkdtemp(prefix="mpk-test-cache-")
     chosen = [int(a) for a in sys.argv[1:]] or SEEDS
-    totals = run_seeds(chosen)
-    print(summary(totals))
+    how = os.environ.get("MPK_DISPATCH", "event")
+    totals = run_seeds(chosen, how)
+    print(summary(totals, how))
     for line in totals["failures"]:
         print(line)
     sys.exit(1 if totals["failures"] else 0)
