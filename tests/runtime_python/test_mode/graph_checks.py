@@ -27,6 +27,10 @@ BLOCK = (128, 1, 1)
 CHUNK = 4096        # weight rows per float64 product: bounds the memory of real-size references
 
 
+# Both dispatch models (docs/runtime.md, "Dispatch models"): the multi-layer graphs run under each.
+DISPATCH = ["event", "mpk"]
+
+
 def new_pk(jitter: int, **overrides) -> PersistentKernel:
     """Several workers and schedule jitter (a different seed per case), as every test here runs."""
     return PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **overrides))

@@ -20,8 +20,8 @@ JITTERS = [40, 41]
 BATCH, HIDDEN = 12, 96
 
 
-def run(jitter, output_dir, dtype=DTYPE):
-    pk = graph.new_pk(jitter)
+def run(jitter, output_dir, dtype=DTYPE, dispatch="event"):
+    pk = graph.new_pk(jitter, dispatch=dispatch)
     t = graph.attach(pk, dtype, testing.generator(offset=3), x=(BATCH, HIDDEN), w_norm=(HIDDEN,),
                      w1=(HIDDEN, HIDDEN), w2=(HIDDEN, HIDDEN), out_h=(BATCH, HIDDEN), out_p=(BATCH, HIDDEN),
                      out_q=(BATCH, HIDDEN), out_y=(BATCH, HIDDEN))
@@ -47,9 +47,10 @@ def run(jitter, output_dir, dtype=DTYPE):
     return pk
 
 
+@pytest.mark.parametrize("dispatch", graph.DISPATCH)
 @pytest.mark.parametrize("jitter", JITTERS)
-def test_diamond_fork_join(jitter, tmp_path):
-    run(jitter, graph.output_dir(tmp_path))
+def test_diamond_fork_join(jitter, dispatch, tmp_path):
+    run(jitter, graph.output_dir(tmp_path), dispatch=dispatch)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ JITTERS = [20, 21]
 BATCH, HIDDEN, OUT = 12, 96, 48
 
 
-def run(jitter, output_dir, dtype=DTYPE):
-    pk = graph.new_pk(jitter)
+def run(jitter, output_dir, dtype=DTYPE, dispatch="event"):
+    pk = graph.new_pk(jitter, dispatch=dispatch)
     t = graph.attach(pk, dtype, testing.generator(offset=1), x=(BATCH, HIDDEN), w_norm=(HIDDEN,),
                      w1=(OUT, HIDDEN), out_h=(BATCH, HIDDEN), out_u=(BATCH, OUT), out_c=(BATCH, HIDDEN))
     pk.rmsnorm_layer(input=t["x"], weight=t["w_norm"], output=t["out_h"], grid_dim=(4, 1, 1),
@@ -41,9 +41,10 @@ def run(jitter, output_dir, dtype=DTYPE):
     return pk
 
 
+@pytest.mark.parametrize("dispatch", graph.DISPATCH)
 @pytest.mark.parametrize("jitter", JITTERS)
-def test_fork_point(jitter, tmp_path):
-    run(jitter, graph.output_dir(tmp_path))
+def test_fork_point(jitter, dispatch, tmp_path):
+    run(jitter, graph.output_dir(tmp_path), dispatch=dispatch)
 
 
 if __name__ == "__main__":

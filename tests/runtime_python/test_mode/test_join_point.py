@@ -19,8 +19,8 @@ JITTERS = [30, 31]
 BATCH, HIDDEN = 12, 96
 
 
-def run(jitter, output_dir, dtype=DTYPE):
-    pk = graph.new_pk(jitter)
+def run(jitter, output_dir, dtype=DTYPE, dispatch="event"):
+    pk = graph.new_pk(jitter, dispatch=dispatch)
     t = graph.attach(pk, dtype, testing.generator(offset=2), x1=(BATCH, HIDDEN), x2=(BATCH, HIDDEN),
                      w_a=(HIDDEN,), w_b=(HIDDEN,), out_a=(BATCH, HIDDEN), out_b=(BATCH, HIDDEN),
                      out_y=(BATCH, HIDDEN))
@@ -41,9 +41,10 @@ def run(jitter, output_dir, dtype=DTYPE):
     return pk
 
 
+@pytest.mark.parametrize("dispatch", graph.DISPATCH)
 @pytest.mark.parametrize("jitter", JITTERS)
-def test_join_point(jitter, tmp_path):
-    run(jitter, graph.output_dir(tmp_path))
+def test_join_point(jitter, dispatch, tmp_path):
+    run(jitter, graph.output_dir(tmp_path), dispatch=dispatch)
 
 
 if __name__ == "__main__":

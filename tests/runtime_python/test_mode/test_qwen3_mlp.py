@@ -31,7 +31,7 @@ DOWN_GRID = 64
 CASES = [(torch.float32, 96), (torch.bfloat16, 128)]
 
 
-def run(dtype, groups, jitter, output_dir):
+def run(dtype, groups, jitter, output_dir, dispatch="event"):
     t0 = time.perf_counter()
     gen = testing.generator(offset=8)
     x = testing.randn((BATCH, HIDDEN), dtype, gen)
@@ -43,7 +43,7 @@ def run(dtype, groups, jitter, output_dir):
     silu_out = torch.zeros(BATCH, INTER, dtype=dtype)
     mlp_out = torch.zeros(BATCH, HIDDEN, dtype=dtype)
 
-    pk = graph.new_pk(jitter)
+    pk = graph.new_pk(jitter, dispatch=dispatch)
     x_dt, res_dt = pk.attach_input(x, name="x"), pk.attach_input(residual, name="residual")
     w_gate_dt, w_up_dt = pk.attach_input(w_gate, name="w_gate"), pk.attach_input(w_up, name="w_up")
     w_down_dt = pk.attach_input(w_down, name="w_down")
@@ -62,7 +62,7 @@ def run(dtype, groups, jitter, output_dir):
     before = graph.snapshot(pk)
     pk()
     t3 = time.perf_counter()
-    label = f"qwen3_mlp[{str(dtype)[6:]},g={groups},jitter={jitter}]"
+    label = f"qwen3_mlp[{str(dtype)[6:]},g={groups},jitter={jitter},dispatch={dispatch}]"
 
     m = INTER // groups
     chunks = pk.get_tensor("w_gatedup").view(groups, 2, m, HIDDEN)      # [g][gate | up][m rows]
@@ -90,9 +90,10 @@ def run(dtype, groups, jitter, output_dir):
     return pk
 
 
+@pytest.mark.parametrize("dispatch", graph.DISPATCH)
 @pytest.mark.parametrize("dtype,groups", CASES, ids=[str(d)[6:] for d, _ in CASES])
-def test_qwen3_mlp(dtype, groups, tmp_path):
-    run(dtype, groups, 80 + groups, graph.output_dir(tmp_path))
+def test_qwen3_mlp(dtype, groups, dispatch, tmp_path):
+    run(dtype, groups, 80 + groups, graph.output_dir(tmp_path), dispatch)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ def run(comm, rank: int, size: int, jitter: int, output_dir=None) -> None:
     mine = shard(full, comm, rank, size)
     local = INTER // size
     pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, world_size=size, mpi_rank=rank))
+    testing.say(f"DISPATCH {pk.dispatch} on rank {rank} of {size}")
     x = pk.attach_input(full["x"], name="x")
     w_norm = pk.attach_input(full["w_norm"], name="w_norm")
     w_gate, w_up = pk.attach_input(mine["w_gate"], name="w_gate"), pk.attach_input(mine["w_up"], name="w_up")
@@ -123,9 +124,11 @@ def run(comm, rank: int, size: int, jitter: int, output_dir=None) -> None:
     pk.finalize()
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_tensor_parallel_mlp_mpirun(ranks, tmp_path):
-    code, out = testing.mpirun(__file__, ranks, timeout=150, env={"MPK_OUTPUT_DIR": str(tmp_path)})
+@pytest.mark.parametrize("ranks,dispatch", [(2, "event"), (4, "event"), (2, "mpk")])
+def test_tensor_parallel_mlp_mpirun(ranks, dispatch, tmp_path):
+    """dispatch: the model of every rank's executor (docs/runtime.md, "Dispatch models")."""
+    code, out = testing.mpirun(__file__, ranks, timeout=150, env={"MPK_OUTPUT_DIR": str(tmp_path),
+                                                                  "MPK_DISPATCH": dispatch})
     assert code == 0, f"mpirun -n {ranks} failed (exit {code}); output above"
     for r in range(ranks):
         evidence = testing.rank_lines(out, r, "EVIDENCE ")
@@ -133,6 +136,7 @@ def test_tensor_parallel_mlp_mpirun(ranks, tmp_path):
         assert all(line.endswith(" PASS") for line in evidence), f"rank {r}: {evidence}"
         assert any("end_to_end" in line for line in evidence)
         assert testing.rank_lines(out, r, "SHARDED ") and testing.rank_lines(out, r, "IDENTICAL ")
+        assert testing.rank_lines(out, r, f"DISPATCH {dispatch} "), f"rank {r} did not run dispatch={dispatch}"
         assert testing.rank_lines(out, r, "All tensor-parallel MLP checks PASS"), f"rank {r} did not finish"
 
 
