@@ -124,7 +124,8 @@ class PersistentKernel:
         # task at a pass's start (MPK's pre-launch); MPK_DISPATCH runs a whole suite under one of them
         self.dispatch = dispatch if dispatch is not None else os.environ.get("MPK_DISPATCH", "event")
         if self.dispatch not in _DISPATCH:
-            raise ValueError(f"PersistentKernel: dispatch={self.dispatch!r}; expected one of {sorted(_DISPATCH)}")
+            raise ValueError(f"PersistentKernel: dispatch={self.dispatch!r}; expected one of "
+                             f"{sorted(_DISPATCH)}")
         self.sanitize = os.environ.get("MPK_SANITIZE", "")
         if target_cc is not None and (not isinstance(target_cc, int) or isinstance(target_cc, bool)
                                       or not 0 <= target_cc < 1000):
@@ -420,7 +421,8 @@ class PersistentKernel:
                       eos_token_id=p["eos_token_id"], mpi_rank=self.mpi_rank, world_size=self.world_size,
                       worker_threads=self.worker_threads, smem_bytes=WORKER_SMEM_BYTES)
         self._record = profiler.record_buffer(self.profiler_tensor, len(graph.tasks), self.device)
-        config.update(in_order=0, dispatch=_DISPATCH[self.dispatch], profile=int(self.profile), task_record=self._record.data_ptr())
+        config.update(in_order=0, dispatch=_DISPATCH[self.dispatch], profile=int(self.profile),
+                      task_record=self._record.data_ptr())
         self._allocate_symmetric(graph, config)     # collective: after every rank's compile
         pointers = self._guard(graph, config)
         self._launch_args = (module, variants, config)    # for _rerun

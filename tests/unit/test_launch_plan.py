@@ -106,7 +106,8 @@ def cuda_rules(static_smem: int, registers: int, threads: int, dynamic: int, gri
         wrong.append(f"{block} B of shared memory per block without opt-in (> {limits['smem_per_block']} B): "
                      f"the launch fails (or occupancy is 0)")
     if block > limits["smem_per_block_optin"]:
-        wrong.append(f"{block} B of shared memory per block > the opt-in maximum {limits['smem_per_block_optin']}")
+        wrong.append(f"{block} B of shared memory per block > the opt-in maximum "
+                     f"{limits['smem_per_block_optin']}")
     if registers > 255 or registers * threads > limits["regs_per_sm"]:
         wrong.append(f"{registers} registers x {threads} threads do not fit one SM")
     per_warp = -(-registers // 8) * 8 * 32
@@ -131,7 +132,8 @@ def usage(tmp_path_factory) -> dict[str, dict[str, int]]:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, f"nvcc failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}"
     found = persistent_kernel_usage(proc.stdout + proc.stderr)
-    assert sorted(found) == sorted(archs), f"ptxas reported persistent_kernel for {sorted(found)}, built {archs}"
+    assert sorted(found) == sorted(archs), f"ptxas reported persistent_kernel for {sorted(found)}, built " \
+        f"{archs}"
     return found
 
 
@@ -165,6 +167,8 @@ def test_plan_refuses_what_cannot_launch(plan_command):
     small = plan(plan_command, 3184, 128, 256, 32 * KIB, 130, h100)
     assert small["fits"] and not small["opt_in"], small
     crowded = plan(plan_command, 3184, 255, 256, 48 * KIB, 133, h100)
-    assert not crowded["fits"] and "registers" in crowded["why"] and "133 co-resident" in crowded["why"], crowded
-    assert cuda_rules(3184, 226, 256, 48 * KIB, 130, h100, opt_in=False), "the rules must see the missing opt-in"
-    print("LAUNCH negative controls: over the opt-in maximum, the missing opt-in, too many CTAs: all refused PASS")
+    assert not crowded["fits"] and "registers" in crowded["why"], crowded
+    assert "133 co-resident" in crowded["why"], crowded
+    assert cuda_rules(3184, 226, 256, 48 * KIB, 130, h100, opt_in=False), "the rules miss the missing opt-in"
+    print("LAUNCH negative controls: over the opt-in maximum, the missing opt-in, too many CTAs: all "
+          "refused PASS")

@@ -192,7 +192,8 @@ def run_dag(seed: int, fault: Fault | None = None, dispatch: str = "event") -> d
         return _run_dag(dag, fault, dispatch)
     except Exception:
         if fault is None:
-            print(f"FAILED DAG (reproduce: MPK_DISPATCH={dispatch} python {os.path.relpath(__file__)} {seed})\n"
+            print(f"FAILED DAG (reproduce: MPK_DISPATCH={dispatch} python {os.path.relpath(__file__)} "
+                  f"{seed})\n"
                   f"{dag.describe()}", flush=True)
         raise
 
@@ -243,7 +244,8 @@ def run_seeds(seeds, dispatch: str = "event") -> dict:
 
 
 def summary(t: dict, dispatch: str = "event") -> str:
-    return (f"random DAGs in test mode, dispatch={dispatch!r}: {t['dags']} DAGs, {t['layers']} layers, {t['tasks']} tasks, "
+    return (f"random DAGs in test mode, dispatch={dispatch!r}: {t['dags']} DAGs, {t['layers']} layers, "
+            f"{t['tasks']} tasks, "
             f"{t['compared']} tensors compared ({t['written']} computed, {t['nontrivial']} of them nonzero), "
             f"{t['compiles']} compile(s) taking {t['compile_s']:.1f} s for {t['variant_sets']} variant "
             f"set(s), "

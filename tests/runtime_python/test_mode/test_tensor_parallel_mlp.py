@@ -136,7 +136,7 @@ def test_tensor_parallel_mlp_mpirun(ranks, dispatch, tmp_path):
         assert all(line.endswith(" PASS") for line in evidence), f"rank {r}: {evidence}"
         assert any("end_to_end" in line for line in evidence)
         assert testing.rank_lines(out, r, "SHARDED ") and testing.rank_lines(out, r, "IDENTICAL ")
-        assert testing.rank_lines(out, r, f"DISPATCH {dispatch} "), f"rank {r} did not run dispatch={dispatch}"
+        assert testing.rank_lines(out, r, f"DISPATCH {dispatch} "), f"rank {r}: not dispatch={dispatch}"
         assert testing.rank_lines(out, r, "All tensor-parallel MLP checks PASS"), f"rank {r} did not finish"
 
 
