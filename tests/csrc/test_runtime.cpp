@@ -936,6 +936,37 @@ static void test_concurrent_launch_refused() {
            (long long)sizes[5], g_failures == before ? "PASS" : "FAIL");
 }
 
+// The in-kernel watchdog (Spin, executor.cuh), the backstop behind the host's: with the host's
+// supervisor off (watchdog_s = 0) and only the executor's deadline set, the starved graph of
+// test_hang still ends, as MPK_HANG from inside the kernel, after twice that deadline, under both
+// dispatch models. (On the GPU this is the only watchdog when the host cannot ask.)
+static void test_in_kernel_watchdog() {
+    for (int32_t dispatch : {MPK_DISPATCH_EVENT, MPK_DISPATCH_MPK}) {
+        const int before = g_failures;
+        Graph g;
+        g.add({});
+        g.add({1});
+        g.add({});
+        MpkConfig c = default_config();
+        c.watchdog_s = 0;  // the supervisor's watchdog (and the stuck check) off
+        c.dispatch = dispatch;
+        Instance in(g, c);
+        in.built.events[1].num_triggers = 2;
+        CHECK(in.init(), "%s", in.init_error.c_str());
+        mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(in.handle);
+        k.st.watchdog_ns = 100 * 1000 * 1000;  // 0.1 s: fires after 0.2 s without progress
+        in.launch();
+        const std::string msg = in.message();
+        CHECK(in.status == MPK_HANG, "status %d: %s", in.status, msg.c_str());
+        CHECK(msg.find("watchdog (in the kernel): no task finished and no task ran for ") == 0 &&
+                  msg.find("event 1 of pass 1 never fired") != std::string::npos, "%s", msg.c_str());
+        CHECK(in.seconds >= 0.2 && in.seconds < 0.2 + k.start_s + 2.0, "HANG after %.3f s", in.seconds);
+        printf("in-kernel watchdog alone (dispatch %s, host's off) -> MPK_HANG after %.3f s (deadline 2 x 0.1 s): "
+               "\"%s\" %s\n", dispatch == MPK_DISPATCH_MPK ? "mpk" : "event", in.seconds, msg.c_str(),
+               g_failures == before ? "PASS" : "FAIL");
+    }
+}
+
 // ---- tests: MPK's event-driven dispatch, the scheduler ring's bound, the stuck-in-kernel limit
 
 // A task is enqueued only once its event has fired: while PROBE (task 1) runs for 60 ms, it
@@ -1284,6 +1315,7 @@ int main() {
     test_kernel_exception();
     test_unknown_variant();
     test_hang();
+    test_in_kernel_watchdog();
     test_peer_wait();
     test_long_task_is_not_a_hang();
     test_event_driven_dispatch();
