@@ -5,58 +5,94 @@
 #
 #   scripts/gpu_check.sh --prepare   on a machine with nvcc and no GPU: build the CUDA modules of
 #                                    every graph the stages run, ahead, into build/gpu_cache (the
-#                                    same source and flags the GPU machine will ask for)
+#                                    same source and flags the GPU machine will ask for); fails if
+#                                    the cache is over 64 MiB (what can be copied to the GPU machine)
 #   scripts/gpu_check.sh             on the GPU machine: install without dependencies (its own
-#                                    torch), then props, executor, layers, sanitizers. Uses
-#                                    build/gpu_cache when present, so nvcc is not needed there
+#                                    torch), then props, the GPU decision, executor, one layers stage
+#                                    per layer folder, sanitizers. Uses build/gpu_cache when present,
+#                                    so nvcc is not needed there. No GPU, a CPU-only torch or no
+#                                    compute-sanitizer is a FAILURE naming why, never a pass
 #   scripts/gpu_check.sh --dry-run   without a GPU (CI, tests/unit/test_gpu_check.py): every stage
-#                                    that can run on the CPU backend runs, the executor graphs'
-#                                    CUDA modules are built with nvcc, the GPU-only stages say SKIP
+#                                    that can run on the CPU backend runs, the executor graphs' CUDA
+#                                    modules are built with nvcc, every layer folder is collected on
+#                                    the CUDA path; the GPU-only stages say SKIP(dry run: ...)
 #
 # Output: one log per stage and summary.json in $GPU_CHECK_OUT (default $OUT if set, else
-# ./gpu_check_out). Exit status: 0 when no stage failed.
+# ./gpu_check_out). Exit status: 0 when no stage failed (a SKIP counts as a pass in --dry-run only).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
 MODE=${1:-run}
 OUTDIR=${GPU_CHECK_OUT:-${OUT:-$ROOT/gpu_check_out}}
 CACHE=$ROOT/build/gpu_cache
+CACHE_LIMIT_MIB=64          # what travels to the GPU machine with the working tree
 PY=${PYTHON:-python3}
-LAYERS=$(ls -d tests/runtime_python/*/ | grep -v test_mode | tr '\n' ' ')
+LAYERS=()                   # every layer folder: each gets its own stage, so one failing hides none
+# (GPU_CHECK_LAYER_ROOT: another tree of layer folders, for the test's negative control)
+for dir in "${GPU_CHECK_LAYER_ROOT:-tests/runtime_python}"/*/; do
+    dir=${dir%/}
+    [ "${dir##*/}" = test_mode ] || LAYERS+=("$dir")
+done
+# The run mode's time limits (seconds). They sum to 600, so the whole check fits a 10-minute window
+# with the modules built ahead; the layer folders share LIMIT_LAYERS, each getting what is left
+# divided by the folders still to run (a fast folder leaves its time to the next ones).
+LIMIT_INSTALL=40 LIMIT_PROPS=20 LIMIT_EXECUTOR=80 LIMIT_LAYERS=340 LIMIT_SANITIZER=40
+SANITIZERS=(memcheck racecheck synccheck)
+RUN_LIMITS=$((LIMIT_INSTALL + LIMIT_PROPS + LIMIT_EXECUTOR + LIMIT_LAYERS
+               + LIMIT_SANITIZER * ${#SANITIZERS[@]}))
+# the nvcc that builds the CUDA modules, as the cache keys name it (build.compiler_identity)
+IDENTITY='from mirage.mpk import build as b; print(b.compiler_identity(b.compiler_for("cuda")), end="")'
 mkdir -p "$OUTDIR"
 : > "$OUTDIR/stages.txt"
 export MPK_LOG_LEVEL=WARNING PYTHONUNBUFFERED=1
+echo "run-mode time limits: install $LIMIT_INSTALL + props $LIMIT_PROPS + executor $LIMIT_EXECUTOR +" \
+     "layers $LIMIT_LAYERS (${#LAYERS[@]} folders) + sanitizers ${#SANITIZERS[@]} x $LIMIT_SANITIZER =" \
+     "$RUN_LIMITS s"
 
-# stage NAME LIMIT_S COMMAND...: run, log, record "name status seconds"
+record() {  # record NAME STATUS SECONDS [NOTE]: one stage line in stages.txt and on stdout
+    printf '%s\t%s\t%s\n' "$1" "$2" "$3" >> "$OUTDIR/stages.txt"
+    printf '%-28s %-16s %7s  %s\n' "$1" "$2" "$3" "${4:-}"
+}
+
+# stage NAME LIMIT_S COMMAND...: run under the limit, log, record; STAGE_S is its whole seconds. The
+# log of "layers:rmsnorm" is layers_rmsnorm.log (no ':' in a file name that must travel back).
+STAGE_S=0
 stage() {
-    local name=$1 limit=$2 start rc status ms
+    local name=$1 limit=$2 log="$OUTDIR/${1//:/_}.log" start rc status ms
     shift 2
     start=$(date +%s%N)
-    timeout -s KILL "$limit" "$@" > "$OUTDIR/$name.log" 2>&1
+    timeout -s KILL "$limit" "$@" > "$log" 2>&1
     rc=$?
     case $rc in 0) status=PASS ;; 137) status="TIMEOUT(${limit}s)" ;; *) status="FAIL(exit $rc)" ;; esac
     ms=$(( ($(date +%s%N) - start) / 1000000 ))
-    printf '%s\t%s\t%d.%03d\n' "$name" "$status" $((ms / 1000)) $((ms % 1000)) >> "$OUTDIR/stages.txt"
-    printf '%-12s %-16s %s\n' "$name" "$status" "$(tail -n 1 "$OUTDIR/$name.log")"
+    STAGE_S=$((ms / 1000))
+    record "$name" "$status" "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))" "$(tail -n 1 "$log")"
 }
-skip() { printf '%s\tSKIP(%s)\t0\n' "$1" "$2" >> "$OUTDIR/stages.txt"; printf '%-12s SKIP: %s\n' "$1" "$2"; }
+fail() { record "$1" "FAIL($2)" 0; }            # a stage that could not run, and why
+skip() { record "$1" "SKIP(dry run: $2)" 0; }   # --dry-run only: the summary fails a SKIP elsewhere
 
 # Build ahead: run the stage graphs and the layer tests on the CPU backend with MPK_ALSO_BUILD_CUDA,
 # so compile() also builds each graph's CUDA module (sm_90a) into the cache.
 prepare() {
-    local what=$1
+    local what=$1 bytes mib
     mkdir -p "$CACHE"
-    "$PY" -c 'from mirage.mpk import build; print(build.compiler_identity(build.compiler_for("cuda")), end="")' \
-        > "$CACHE/nvcc_identity.txt"
+    "$PY" -c "$IDENTITY" > "$CACHE/nvcc_identity.txt"
     stage prepare-executor 900 env MPK_ALSO_BUILD_CUDA=90 MPK_CACHE_DIR="$CACHE" \
         "$PY" scripts/gpu_stages.py executor --repeat 2
     if [ "$what" = all ]; then
-        # shellcheck disable=SC2086
         stage prepare-layers 3000 env MPK_ALSO_BUILD_CUDA=90 MPK_TEST_CACHE_DIR="$CACHE" \
-            "$PY" -m pytest -q -p no:cacheprovider $LAYERS
+            "$PY" -m pytest -q -p no:cacheprovider "${LAYERS[@]}"
     fi
+    bytes=$(du -sb "$CACHE" | cut -f 1)
+    mib=$(( (bytes + 1048575) / 1048576 ))
     echo "built ahead: $(grep -l cudaLaunchCooperativeKernel "$CACHE"/*/module.so | wc -l) CUDA modules," \
-         "$(du -sh "$CACHE" | cut -f 1) in $CACHE"
+         "$(find "$CACHE" -name module.so | wc -l) modules in all, $bytes bytes ($mib MiB) in $CACHE" \
+         "(limit $CACHE_LIMIT_MIB MiB)"
+    if [ "$bytes" -gt $((CACHE_LIMIT_MIB * 1048576)) ]; then
+        fail cache-size "$mib MiB > $CACHE_LIMIT_MIB MiB: too big to copy to the GPU machine"
+    else
+        record cache-size PASS 0 "$mib MiB"
+    fi
 }
 
 case $MODE in
@@ -67,31 +103,61 @@ case $MODE in
     stage props 60 "$PY" scripts/gpu_stages.py props
     stage executor 300 env MPK_CACHE_DIR="$OUTDIR/cpu_cache" "$PY" scripts/gpu_stages.py executor --repeat 3
     CACHE=$OUTDIR/gpu_cache prepare executor
-    skip layers "no GPU: the layer tests run on the CPU backend in the suite"
-    skip sanitizers "no GPU" ;;
+    # Every layer folder as the run mode's layers stage loads it (MPK_TEST_DEVICE=cuda): an import
+    # error or a refusal at collection on the CUDA path fails here, without a GPU.
+    for dir in "${LAYERS[@]}"; do
+        stage "collect:${dir##*/}" 60 env MPK_TEST_DEVICE=cuda \
+            "$PY" -m pytest --collect-only -q -p no:cacheprovider "$dir"
+    done
+    skip layers "the layer tests need a GPU; each folder was collected on the CUDA path above"
+    skip sanitizers "compute-sanitizer needs a GPU" ;;
 run)
     if ! "$PY" -c 'import mirage.mpk' 2> /dev/null; then
-        "$PY" -m pip install -q --no-deps --no-build-isolation -e . > "$OUTDIR/install.log" 2>&1 \
-            || export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+        timeout -s KILL "$LIMIT_INSTALL" "$PY" -m pip install -q --no-deps --no-build-isolation -e . \
+            > "$OUTDIR/install.log" 2>&1 || export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
     fi
     if [ -d "$CACHE" ]; then
         export MPK_CACHE_DIR=$CACHE MPK_TEST_CACHE_DIR=$CACHE
-        command -v nvcc > /dev/null || export MPK_NVCC_IDENTITY="$(cat "$CACHE/nvcc_identity.txt")"
+        built_with=$(cat "$CACHE/nvcc_identity.txt")
+        here=$("$PY" -c "$IDENTITY" 2> /dev/null)
+        if [ "$here" != "$built_with" ]; then
+            # No nvcc here, or another one: every module would miss the cache (its key has the nvcc's
+            # identity) and compile for minutes. Use the cache alone: a miss fails at once, naming
+            # --prepare (build.compile_module).
+            export MPK_NVCC=no-nvcc:gpu_check.sh-uses-build/gpu_cache MPK_NVCC_IDENTITY=$built_with
+        fi
     fi
-    stage props 60 "$PY" scripts/gpu_stages.py props
-    if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-        skip executor "torch sees no GPU"; skip layers "torch sees no GPU"; skip sanitizers "torch sees no GPU"
+    stage props "$LIMIT_PROPS" "$PY" scripts/gpu_stages.py props
+    # The decision, at once: without a GPU torch can use, every GPU stage fails with the reason
+    # (seconds, not minutes), so "0 failed" always means the stages ran on a GPU.
+    no_gpu=$(sed -n 's/^NO GPU: //p' "$OUTDIR/props.log" | tail -n 1)
+    if ! grep -q '^RESULT ' "$OUTDIR/props.log"; then
+        no_gpu="the props stage did not report (see props.log: $(tail -n 1 "$OUTDIR/props.log"))"
+    fi
+    no_sanitizer=
+    command -v compute-sanitizer > /dev/null \
+        || no_sanitizer="compute-sanitizer not on PATH (pip: nvidia-cuda-sanitizer-api, its bin on PATH)"
+    if [ -n "$no_gpu" ]; then
+        fail gpu "no GPU: $no_gpu"
+        for name in executor layers; do fail "$name" "not run: no GPU"; done
+        fail sanitizers "not run: no GPU${no_sanitizer:+; $no_sanitizer}"
     else
-        stage executor 240 "$PY" scripts/gpu_stages.py executor --repeat 100
-        # shellcheck disable=SC2086
-        stage layers 420 env MPK_TEST_DEVICE=cuda "$PY" -m pytest -q -p no:cacheprovider -x $LAYERS
-        if command -v compute-sanitizer > /dev/null; then
-            for tool in memcheck racecheck synccheck; do
-                stage "san-$tool" 120 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+        record gpu PASS 0
+        stage executor "$LIMIT_EXECUTOR" "$PY" scripts/gpu_stages.py executor --repeat 100
+        left=$LIMIT_LAYERS
+        for i in "${!LAYERS[@]}"; do
+            dir=${LAYERS[$i]}
+            stage "layers:${dir##*/}" $(( left / (${#LAYERS[@]} - i) )) env MPK_TEST_DEVICE=cuda \
+                "$PY" -m pytest -q -p no:cacheprovider "$dir"
+            left=$(( left > STAGE_S ? left - STAGE_S : 0 ))
+        done
+        if [ -n "$no_sanitizer" ]; then
+            fail sanitizers "$no_sanitizer"
+        else
+            for tool in "${SANITIZERS[@]}"; do
+                stage "san-$tool" "$LIMIT_SANITIZER" compute-sanitizer --tool "$tool" --error-exitcode 9 \
                     "$PY" scripts/gpu_stages.py small
             done
-        else
-            skip sanitizers "compute-sanitizer not on PATH (pip install nvidia-cuda-sanitizer-api)"
         fi
     fi ;;
 *)
@@ -99,19 +165,33 @@ run)
     exit 2 ;;
 esac
 
-"$PY" - "$OUTDIR" <<'EOF'
+"$PY" - "$OUTDIR" "$MODE" <<'EOF'
 import json, os, sys
-out = sys.argv[1]
+out, mode = sys.argv[1], sys.argv[2].lstrip("-")
 rows = [line.split("\t") for line in open(os.path.join(out, "stages.txt")).read().splitlines()]
 results = []
 for name, *_ in rows:
-    log = os.path.join(out, f"{name}.log")
+    log = os.path.join(out, f"{name.replace(':', '_')}.log")
     if os.path.exists(log):
         results += [json.loads(x[7:]) for x in open(log).read().splitlines() if x.startswith("RESULT ")]
-summary = {"stages": [{"name": n, "status": s, "seconds": float(t)} for n, s, t in rows], "results": results}
+# A SKIP passes only in a dry run: the run mode has no SKIP, and one there would be a stage not run.
+ok = ("PASS", "SKIP") if mode == "dry-run" else ("PASS",)
+failed = [n for n, s, _ in rows if not s.startswith(ok)]
+skipped = [n for n, s, _ in rows if s.startswith("SKIP")]
+status = dict((n, s) for n, s, _ in rows)
+on_gpu = mode == "run" and status.get("gpu") == "PASS"
+device = next((r.get("name") for r in results if r.get("stage") == "props" and r.get("name")), None)
+summary = {"mode": mode, "ran_on_gpu": on_gpu, "device": device if on_gpu else None,
+           "stages": [{"name": n, "status": s, "seconds": float(t)} for n, s, t in rows], "results": results}
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
-failed = [n for n, s, _ in rows if not s.startswith(("PASS", "SKIP"))]
-print(f"GPU CHECK: {len(rows)} stages, {len(failed)} failed{': ' + ', '.join(failed) if failed else ''}; "
-      f"summary {os.path.join(out, 'summary.json')}")
+if on_gpu:
+    where = f" on {device}"
+elif mode == "run":      # the gpu stage's reason: FAIL(no GPU: ...)
+    where = f" (nothing ran on a GPU: {status.get('gpu', 'FAIL(no gpu stage)')[5:-1]})"
+else:
+    where = f" ({mode.replace('-', ' ')}: nothing ran on a GPU)"
+names = f": {', '.join(failed)}" if failed else ""
+print(f"GPU CHECK{where}: {len(rows)} stages, {len(failed)} failed{names}"
+      f"{f', {len(skipped)} skipped' if skipped else ''}; summary {os.path.join(out, 'summary.json')}")
 sys.exit(1 if failed else 0)
 EOF

@@ -1,7 +1,8 @@
 """The stages of scripts/gpu_check.sh, one stage per process: python scripts/gpu_stages.py <stage>.
 
   props     the device: name, compute capability, SMs, shared memory, MPK's worker configuration,
-            nvcc and compute-sanitizer
+            nvcc and compute-sanitizer; where torch cannot use a GPU, a last line "NO GPU: <why>"
+            (gpu_check.sh then fails every GPU stage with that reason instead of running them)
   executor  the persistent executor with identity tasks on chain, fork and join graphs, at 1 worker
             and at the full worker count: one launch outside test mode that runs REPEAT passes of the
             graph (max_seq_length = REPEAT + 1: prepare_next_batch starts each next pass; on the GPU the
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 
@@ -39,17 +41,41 @@ def report(**fields) -> None:
     print("RESULT " + json.dumps(fields), flush=True)
 
 
+def no_gpu_reason() -> str | None:
+    """Why torch cannot run the CUDA backend in this process, or None. The run mode of gpu_check.sh
+    fails with this reason: a check that ran nothing on a GPU must not pass."""
+    if torch.version.cuda is None:
+        kind = f"a ROCm build (hip {torch.version.hip})" if torch.version.hip else "a CPU build"
+        return f"torch {torch.__version__} is {kind} (torch.version.cuda is None)"
+    if torch.cuda.is_available():
+        return None
+    try:                    # is_available() says no reason; init() raises with the driver's
+        torch.cuda.init()
+        detail = ""
+    except Exception as e:  # noqa: BLE001 (any error is the reason to show)
+        detail = f": {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
+    return (f"torch.cuda.is_available() is False (torch {torch.__version__} for CUDA {torch.version.cuda}, "
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}){detail}")
+
+
 def stage_props() -> None:
     dev = device()
     workers, schedulers = mirage.get_configurations_from_gpu(0)
+    why = no_gpu_reason()
     info = {"stage": "props", "device": str(dev), "workers": workers, "schedulers": schedulers,
             "nvcc": shutil.which("nvcc"), "compute_sanitizer": shutil.which("compute-sanitizer"),
-            "torch": torch.__version__}
+            "torch": torch.__version__, "no_gpu": why}
+    if shutil.which("nvidia-smi"):      # the driver must be new enough for the nvcc that built the modules
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=False)
+        info["driver"] = smi.stdout.strip() or smi.stderr.strip()[:200]
     if dev.type == "cuda":
         p = torch.cuda.get_device_properties(dev)
         info.update(name=p.name, cc=f"{p.major}.{p.minor}", sms=p.multi_processor_count,
                     memory_gib=round(p.total_memory / 2**30, 1), cuda=torch.version.cuda)
     report(**info)
+    if why:
+        print(f"NO GPU: {why}", flush=True)
 
 
 def build(topology: str, workers: int, test_mode: bool, passes: int = 1) -> tuple[PersistentKernel, dict]:

@@ -267,8 +267,11 @@ MPK_EXPORT void mpk_finalize(void* handle) {
 
 
 #else
-// ---- the CUDA backend (host_cuda.h): tensor and meta pointers are device pointers; peer
-// pointers (symmetric memory) are this process's mappings of the peers' CUDA IPC handles.
+// ---- the CUDA backend (host_cuda.h): tensor and meta pointers are device pointers, and so are the
+// entries of the peer tables (cfg->peer_tensor_ptrs / peer_signal_ptrs), which setup copies to
+// device memory as given. Nothing maps another process's memory (no CUDA IPC, no NVSHMEM): Python
+// passes peer tables on CUDA only at world_size 1, where they hold this rank's own device memory
+// (mirage/mpk/persistent_kernel.py _allocate_symmetric).
 
 MPK_EXPORT void* mpk_init(const MpkConfig* cfg, const MpkTask* tasks, const MpkEvent* events,
                           void* const* tensor_ptrs, const MpkMeta* meta, char* err, int err_len) {

@@ -134,10 +134,11 @@ class SymmetricHeap:
 
     The layout is the same on every rank (same graph): tensors in table order, each on its own
     cache line, then the counters, int64 [num_signal_slots, world_size + 1] (allreduce.h).
-    With comm None (one rank) it is plain memory and this rank is its only peer."""
+    With comm None (one rank) it is plain memory on `device` (the GPU's on the CUDA backend: the
+    kernel reads and signals it there) and this rank is its only peer."""
 
-    def __init__(self, comm, world_size: int, rank: int):
-        self.comm, self.world_size, self.rank = comm, world_size, rank
+    def __init__(self, comm, world_size: int, rank: int, device: torch.device | str = "cpu"):
+        self.comm, self.world_size, self.rank, self.device = comm, world_size, rank, torch.device(device)
         self.tensors: list[DTensor] = []
         self.segments: list[torch.Tensor] = []        # per rank: uint8 view of its segment
         self.signals: list[torch.Tensor] = []         # per rank: int64 [slots, world_size + 1]
@@ -153,7 +154,7 @@ class SymmetricHeap:
         size = _aligned(size + num_signal_slots * (self.world_size + 1) * 8)
         size = max(size, ALIGN)
         if self.comm is None:
-            self.segments = [torch.zeros(size, dtype=torch.uint8)]
+            self.segments = [torch.zeros(size, dtype=torch.uint8, device=self.device)]
         else:
             layout = [(t.name, t.dims, t.dtype.name) for t in tensors]
             self.segments = self._map(size, layout, num_signal_slots)

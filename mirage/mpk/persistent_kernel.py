@@ -445,9 +445,11 @@ class PersistentKernel:
         symmetric = [t for t in self._table() if t.kind == SYMMETRIC]
         if not symmetric and not graph.num_signal_slots:
             return
-        if self.device.type != "cpu":
-            raise NotImplementedError("symmetric tensors on CUDA (IPC / NVSHMEM) are not implemented yet")
-        self._heap = dist.SymmetricHeap(self._comm, self.world_size, self.mpi_rank)
+        if self.device.type != "cpu" and self.world_size > 1:   # one rank: its own device memory (dist.py)
+            raise NotImplementedError(f"symmetric tensors on {self.device} at world_size={self.world_size}: "
+                                      "mapping the other ranks' device memory (CUDA IPC or NVSHMEM) is not "
+                                      "implemented; world_size=1 runs, as does the CPU backend at any size")
+        self._heap = dist.SymmetricHeap(self._comm, self.world_size, self.mpi_rank, self.device)
         self._heap.allocate(symmetric, graph.num_signal_slots)
         tensor_table, signal_table = self._heap.pointer_tables(len(self._table()))
         self._pointer_tables = (tensor_table, signal_table)     # alive until mpk_init has copied them

@@ -1,9 +1,12 @@
 """Multi-rank pieces that need no MPI: symmetric tensors, allreduce shape rules, signal slots,
-the no_signal fault's checks. (The runs themselves: tests/runtime_python/allreduce and
-test_mode/test_multirank_failures.py, under mpirun.)"""
+the no_signal fault's checks, where one rank's symmetric memory lives. (The runs themselves:
+tests/runtime_python/allreduce and test_mode/test_multirank_failures.py, under mpirun.)"""
+import types
+
 import pytest
 import torch
 
+from mirage.mpk import dist
 from mirage.mpk import graph as graph_mod
 from mirage.mpk.errors import GraphError
 from mirage.mpk.faults import Fault, from_env
@@ -26,6 +29,23 @@ def test_symmetric_io_categories():
     with pytest.raises(ValueError, match=r"io_category 'shared' is not one of .*'nvshmem_tensor' = "
                                          r"'symmetric_tensor'"):
         pk.new_tensor((2, 4), dtype=f32, name="d", io_category="shared")
+
+
+def test_one_rank_symmetric_memory_is_plain_memory_on_the_kernel_device():
+    """world_size 1 on CUDA: the symmetric buffer and the signal counters are the GPU's own memory, so the
+    allreduce folder runs there (the kernel signals itself through the one-entry peer tables). The meta
+    device stands in for the GPU here: only where the storage lives is checked."""
+    pk = kernel()
+    buf = pk.new_tensor((1, 2, 8), dtype=torch.float32, name="buf", io_category="nvshmem_tensor")
+    heap = dist.SymmetricHeap(None, 1, 0, torch.device("meta"))
+    heap.allocate([buf], num_signal_slots=3)
+    assert buf.data.device.type == "meta" and buf.data.shape == (1, 2, 8)
+    assert heap.signals[0].device.type == "meta" and heap.signals[0].shape == (3, 2)
+    # several ranks on a GPU would need the peers' memory mapped: refused, saying what is missing
+    two = types.SimpleNamespace(_table=lambda: [buf], device=torch.device("cuda", 0), world_size=2)
+    with pytest.raises(NotImplementedError, match=r"cuda:0 at world_size=2: mapping the other ranks' device "
+                                                  r"memory \(CUDA IPC or NVSHMEM\) is not implemented"):
+        PersistentKernel._allocate_symmetric(two, types.SimpleNamespace(num_signal_slots=1), {})
 
 
 def test_allreduce_rejects_a_plain_buffer_and_a_wrong_shape():

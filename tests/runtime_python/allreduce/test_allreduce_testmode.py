@@ -94,6 +94,7 @@ def run_chained(jitter=7, offline=True, output_dir=None, world=testing.ONE_RANK)
     pk.compile(output_dir=output_dir)
     inputs = world.gather(x.clone())
     pk()
+    pk.wait()       # on CUDA outside test mode pk() only enqueues the launch (a no-op elsewhere)
     sums = pk.passes if offline else 2
     kind = "offline" if offline else "shared_buffer"
     name = f"allreduce_{kind}[float32,W={size},{batch}x{hidden},grid={grid},passes={pk.passes},sums={sums}]"
