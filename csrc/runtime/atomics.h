@@ -7,7 +7,7 @@
 //                                     acquires every earlier trigger's writes (it dispatches)
 //   atomic_cas                        first-failure-wins status words; returns the old value
 //   *_sys                             memory another device or the host reads or writes while a
-//                                     kernel runs (host-mapped control block, peer ranks' signal
+//                                     kernel runs (host-mapped slots and stop request, peer ranks' signal
 //                                     counters): system scope on the GPU, the same as above on the host
 //
 // Host: GCC/Clang __atomic builtins (ThreadSanitizer understands them).

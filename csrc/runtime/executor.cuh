@@ -5,10 +5,12 @@
 // host compiler builds the very same code through the SIMT emulation (simt_cpu.h, docs/simt.md),
 // where host_cpu.h runs each worker block and each scheduler warp on its own OS thread.
 //
-// The protocol is MPK's event-driven dispatch:
+// The protocol, in the event dispatch model (the default; MPK's pre-launch model, dispatch="mpk",
+// differs where the dispatch units below say):
 //   - every launch starts with scheduler 0 running init_kernel and END_OF_TASK_GRAPH of pass 0
 //     (prepare_next_batch, meta.h); pass i >= 1 starts with a START message to the schedulers,
-//     which enqueue the tasks that wait on nothing (the "first tasks") to their workers;
+//     which enqueue the tasks that wait on nothing (the "first tasks") to their workers (with
+//     dispatch="mpk": every task of the pass);
 //   - a worker block: thread 0 takes ready task ids from its ring (a batch of up to kBatch, each
 //     one's event checked), the block runs them one by one (all threads run the task kernel), and
 //     after each, thread 0 adds 1 to every event the task triggers; the add that completes an
@@ -19,8 +21,9 @@
 //   - rings: one single-producer ring of task ids per worker (its scheduler writes it) and one
 //     multi-producer ring of messages per scheduler, both published with release / acquire;
 //     capacities come from the graph, and a scheduler ring that would overflow is a named error;
-//   - every spin loop checks the abort flag (and on the GPU a %globaltimer deadline); the worker
-//     slots are the watchdog's heartbeat and the hang report's snapshot.
+//   - every spin loop checks the abort flag, the host's request to stop and the in-kernel
+//     watchdog's deadline; the worker slots (stored to only) are the host's view, the beats the
+//     device's (docs/runtime.md, "What the host sees").
 // Task ids are (pass << 32) | position (docs/runtime.md). Nothing here allocates or throws.
 #pragma once
 #include <stdint.h>
