@@ -5,7 +5,9 @@ every declared element was written) per task, the launch alone per task (the run
 events, one emulated 128-thread block per task), and, for comparison in the same run, what the
 former per-tile poison + check cost (one torch call per tile and tensor, the way mirage/mpk/written.py
 did it before it became two whole-tensor operations per tensor). Min of --repeat (pk() also its
-median: a shared VM's neighbours show in it). Not a timed test.
+median: a shared VM's neighbours show in it). The launch also under MPK's pre-launch dispatch
+(dispatch="mpk": every task queued at the pass's start, waited for in order; docs/runtime.md), as
+a ratio to the event model measured in the same run. Not a timed test.
 Run: python benchmarks/pertask_overhead.py [--repeat 20]
 """
 import argparse
@@ -44,9 +46,9 @@ def best(fn, repeat: int) -> float:
     return min(timed(fn, repeat))
 
 
-def identity_kernel(workers: int, side: int = 64) -> PersistentKernel:
+def identity_kernel(workers: int, side: int = 64, dispatch: str = "event") -> PersistentKernel:
     """The compiled benchmark graph: side x side one-element identity tasks (csrc_ab.py uses it too)."""
-    pk = PersistentKernel(test_mode=True, num_workers=workers, num_local_schedulers=1)
+    pk = PersistentKernel(test_mode=True, num_workers=workers, num_local_schedulers=1, dispatch=dispatch)
     x = pk.attach_input(torch.randn(side, side), name="x")
     y = pk.attach_input(torch.zeros(side, side), name="y")
     pk.identity_layer(x, y, (side, side, 1), (128, 1, 1))
@@ -65,16 +67,20 @@ def main() -> None:
         n = len(pk.graph.tasks) - 1
         whole = timed(pk, args.repeat)
 
-        def launch_only():
-            pk.meta_tensors["step"].zero_()          # what pk() restores before each test-mode launch
-            pk._runtime.launch()
+        def launch_only(k=pk):
+            k.meta_tensors["step"].zero_()          # what pk() restores before each test-mode launch
+            k._runtime.launch()
 
         launch = best(launch_only, args.repeat)
         former = best(lambda: per_tile_poison_and_check(pk._watched), args.repeat)
         pk.finalize()
+        mpk = identity_kernel(workers, dispatch="mpk")
+        prelaunch = best(lambda: launch_only(mpk), args.repeat)
+        mpk.finalize()
         print(f"  {workers} worker(s): pk() {min(whole) / n * 1e6:5.2f} us/task (median "
               f"{statistics.median(whole) / n * 1e6:5.2f})   launch {launch / n * 1e6:5.2f} us/task   "
-              f"former per-tile poison+check alone {former / n * 1e6:5.2f} us/task")
+              f"former per-tile poison+check alone {former / n * 1e6:5.2f} us/task   "
+              f"dispatch=mpk launch {prelaunch / n * 1e6:5.2f} us/task ({prelaunch / launch:.2f}x event)")
 
 
 if __name__ == "__main__":
