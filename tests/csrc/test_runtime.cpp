@@ -6,7 +6,8 @@
 // dispatcher, then entry.h. The fake kernels are block code: thread 0 does the work.
 //
 // Run:  tests/csrc/run_runtime_tests.sh          (also with 2-slot worker rings, TSan, ASan+UBSan)
-// One:  g++ -std=c++17 -O2 -pthread -Icsrc tests/csrc/test_runtime.cpp -o /tmp/t && /tmp/t
+// One:  g++ -std=c++17 -O2 -pthread -Icsrc tests/csrc/test_runtime.cpp -o /tmp/t && /tmp/t [name ...]
+//       (names: substrings of the tests' names in main, e.g. /tmp/t interrupt stuck)
 #include "runtime/runtime.h"
 #include "runtime/simt.h"
 
@@ -19,6 +20,7 @@
 #include <stdexcept>
 #include <stdio.h>
 #include <string>
+#include <string.h>
 #include <thread>
 #include <vector>
 
@@ -114,12 +116,21 @@ inline bool execute_task(const mpk::TaskView& v) {
 namespace fake {
 std::atomic<mpk::host::Kernel*> g_kernel{nullptr};
 std::atomic<int> g_violations{0}, g_queued_seen{0}, g_release{0};
-// PROBE: for iparams[0] ms, checks every worker ring: each queued task's event has completed
+// The monotonic clock in ns (the executor's now_ns on the CPU), so a kernel can say when it got
+// somewhere and a test can time from there rather than from the launch.
+int64_t steady_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+// PROBE: for iparams[0] ms, and then until it has seen at least one queued id (at most 30 s:
+// on a loaded machine the pass's first ids may reach the rings late, and a probe that saw none
+// proves nothing), checks every worker ring: each queued task's event has completed
 // (event-driven dispatch: a task is enqueued only once its event fired). Counts what it saw.
 void probe(const mpk::TaskView& v) {
     mpk::host::Kernel& k = *g_kernel.load();
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(v.iparam(0));
-    while (std::chrono::steady_clock::now() < until) {
+    const auto now = std::chrono::steady_clock::now();
+    const auto until = now + std::chrono::milliseconds(v.iparam(0)), cap = now + std::chrono::seconds(30);
+    for (auto t = now; (t < until || g_queued_seen.load() == 0) && t < cap; t = std::chrono::steady_clock::now()) {
         for (int32_t w = 0; w < k.cfg.num_workers; ++w) {
             const int64_t head = mpk::ld_acquire(&k.worker_head[w].v), tail = mpk::ld_acquire(&k.worker_tail[w].v);
             for (int64_t h = head; h < tail; ++h) {
@@ -137,13 +148,34 @@ void probe(const mpk::TaskView& v) {
     }
     *v.out<uint64_t>(0) = uint64_t(v.iparam(1));  // as SUM with no inputs
 }
-// PAIR: two "ranks" (two handles in this process, world_size 2) exchange a signal per task, as
-// allreduce does: signal g_pair[rank][position] = pass, then wait for the other rank's. Sleeps
-// iparams[0] us first when this rank is iparams[2] (to order the ranks' events differently);
-// iparams[3] = 1: only that sleep, no exchange.
+// Whether the task at `pos` has been enqueued on any worker ring of k in this launch (its event
+// fired and was dispatched), taken or not: the ring keeps its last worker_cap ids.
+bool enqueued(mpk::host::Kernel& k, int32_t pos) {
+    for (int32_t w = 0; w < k.cfg.num_workers; ++w) {
+        const int64_t tail = mpk::ld_acquire(&k.worker_tail[w].v);
+        for (int64_t h = std::max<int64_t>(0, tail - k.st.worker_cap); h < tail; ++h)
+            if (mpk::exec::task_position(mpk::ld_relaxed(&k.worker_ring[size_t(w * k.st.worker_cap +
+                                                                               (h & (k.st.worker_cap - 1)))])) == pos)
+                return true;
+    }
+    return false;
+}
+// PAIR: two "ranks" (two handles in this process, world_size 2, g_pair_kernel[rank]) exchange a
+// signal per task, as allreduce does: signal g_pair[rank][position] = pass, then wait for the
+// other rank's. When this rank is iparams[2] and iparams[0] > 0, first stays inside the kernel
+// until task iparams[0] of this rank has been enqueued (at most 20 s; g_pair_late counts a
+// timeout), so this rank's events arrive in an order the test chooses, whatever the load (it
+// slept 50 ms, which a busy machine can outlast); iparams[3] = 1: only that wait, no exchange.
 std::atomic<int64_t> g_pair[2][16];
+std::atomic<mpk::host::Kernel*> g_pair_kernel[2];
+std::atomic<int> g_pair_late{0};
 void pair(const mpk::TaskView& v) {
-    if (v.rank == v.iparam(2) && v.iparam(0) > 0) std::this_thread::sleep_for(std::chrono::microseconds(v.iparam(0)));
+    if (v.rank == v.iparam(2) && v.iparam(0) > 0) {
+        const auto cap = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!enqueued(*g_pair_kernel[v.rank].load(), int32_t(v.iparam(0))))
+            if (std::chrono::steady_clock::now() < cap) std::this_thread::sleep_for(std::chrono::microseconds(100));
+            else { ++g_pair_late; break; }
+    }
     const int32_t pos = int32_t(v.iparam(1));
     if (v.iparam(3) == 1) {
         sum(v);
@@ -154,9 +186,15 @@ void pair(const mpk::TaskView& v) {
         return;
     sum(v);
 }
-// SPIN: stays inside the kernel until the test sets g_release (at most 20 s), then acts as SUM.
+// SPIN: sets g_inside (and g_inside_ns, when) as it enters, so a test waits until the task is
+// inside its kernel instead of sleeping for a time it hopes is enough; stays there until the test
+// sets g_release (at most 60 s, so a failed test still ends), then acts as SUM.
+std::atomic<int> g_inside{0};
+std::atomic<int64_t> g_inside_ns{0};
 void spin(const mpk::TaskView& v) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    g_inside_ns = steady_ns();
+    g_inside = 1;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (!g_release.load() && std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     sum(v);
@@ -169,6 +207,22 @@ void spin(const mpk::TaskView& v) {
 
 static double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Polls `done` every millisecond for up to `deadline_s`; returns whether it held. A test waits
+// this way for the state it needs (a task inside its kernel, a worker waiting on a peer, a worker
+// back from its kernel) instead of sleeping for a time it hopes is enough: under TSan on a loaded
+// 2-core machine a launch's threads can take a second to start. The deadline only ends a failing
+// test, so it is generous.
+constexpr double kStateDeadlineS = 30;
+template <class F> static bool await_state(F done, double deadline_s = kStateDeadlineS) {
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(deadline_s));
+    while (!done()) {
+        if (std::chrono::steady_clock::now() >= until) return done();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
 }
 
 // ---- graphs: nodes with dependency sets -> tasks and events as mirage/mpk/graph.py builds them (docs/dependencies.md)
@@ -388,6 +442,8 @@ struct Instance {
     std::string init_error;
     int status = -1;
     double seconds = 0;
+    int64_t returned_ns = 0;               // fake::steady_ns() when the last launch returned
+    std::atomic<int> launches_returned{0};  // another thread sees a launch end by this changing
 
     Instance(const Graph& g, MpkConfig c, std::vector<int32_t> prompts = {1}, std::vector<int32_t> steps = {0})
         : graph(g), cfg(c) {
@@ -417,6 +473,8 @@ struct Instance {
         const auto t0 = std::chrono::steady_clock::now();
         status = mpk_launch(handle);
         seconds = seconds_since(t0);
+        returned_ns = fake::steady_ns();
+        ++launches_returned;
         return status;
     }
     std::string message() const {
@@ -463,12 +521,30 @@ struct Instance {
     }
 };
 
+// The handle's launch count as mpk_launch publishes it, under the handle's mutex once reset_launch
+// has rewritten the slots, counters and progress with plain stores: a thread that watches a
+// launch (mpk_snapshot, mpk_task_progress) starts reading only once this has moved past its value
+// from before the launch, which orders its reads after that reset (TSan reports them otherwise).
+static uint64_t launch_generation(const Instance& in) {
+    mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(in.handle);
+    std::lock_guard<std::mutex> lock(k.mu);
+    return k.generation;
+}
+
 static void check_row(const std::vector<int64_t>& log, int r, std::vector<int64_t> want, const char* what) {
     want.resize(fake::kRow, -1);
     const int64_t* row = log.data() + 1 + r * fake::kRow;
     for (int k = 0; k < fake::kRow; ++k)
         CHECK(row[k] == want[k], "%s: log row %d entry %d = %lld, expected %lld", what, r, k, (long long)row[k],
               (long long)want[k]);
+}
+
+// The part of a message from `from` up to `to` (or its end) for a summary line; the whole message
+// when `from` is missing (a failed check reports it; substr(npos) would throw and end the run).
+static std::string excerpt(const std::string& msg, const char* from, const char* to = nullptr) {
+    const size_t a = msg.find(from);
+    if (a == std::string::npos) return msg;
+    return msg.substr(a, to ? msg.find(to, a) - a : std::string::npos);
 }
 
 template <class T> static void check_vec(const std::vector<T>& got, std::vector<T> want, const char* what) {
@@ -742,16 +818,24 @@ static void test_hang() {
         c.num_local_schedulers = variant ? 3 : 1;
         c.jitter = variant;
         c.jitter_seed = 5;
+        c.profile = 1;  // the task record's end times: when the last progress happened
         Instance in(g, c);
         in.built.events[1].num_triggers = 2;
+        std::vector<int64_t> rec(size_t(MPK_RECORD_FIELDS) * size_t(in.cfg.num_tasks), -1);
+        in.cfg.task_record = rec.data();
         CHECK(in.init(), "%s", in.init_error.c_str());
         in.launch();
         const std::string msg = in.message();
         CHECK(in.status == MPK_HANG, "status %d", in.status);
-        // the first launch starts the threads and their fibers (slow under TSan on 2 cores)
-        const double start_s = static_cast<mpk::host::Kernel*>(in.handle)->start_s;
-        CHECK(in.seconds >= c.watchdog_s && in.seconds - start_s < c.watchdog_s + 0.5,
-              "HANG after %.3f s (watchdog_s %.2f, %.3f s to start)", in.seconds, c.watchdog_s, start_s);
+        // The watchdog's clock starts at the last progress (tasks 1 and 3 ending), not at the launch:
+        // before them the first launch starts the threads and their fibers, and the tasks run, all
+        // slow under TSan on a loaded machine. The record's times are the monotonic clock's ns.
+        const int64_t last_end = std::max(rec[1 * MPK_RECORD_FIELDS + 2], rec[3 * MPK_RECORD_FIELDS + 2]);
+        const double idle_s = double(in.returned_ns - last_end) * 1e-9;
+        CHECK(rec[1 * MPK_RECORD_FIELDS + 2] > 0 && rec[3 * MPK_RECORD_FIELDS + 2] > 0 && in.seconds >= c.watchdog_s &&
+                  idle_s >= c.watchdog_s && idle_s < c.watchdog_s + 0.5,
+              "HANG %.3f s after the launch, %.3f s after the last task ended (watchdog_s %.2f)", in.seconds, idle_s,
+              c.watchdog_s);
         for (const MpkWorkerState& s : in.snapshot())
             CHECK(s.state == MPK_WORKER_IDLE && s.task == -1, "worker %d state %d task %lld: task 2 was enqueued",
                   s.worker, s.state, (long long)s.task);
@@ -762,15 +846,16 @@ static void test_hang() {
         CHECK(mpk_iterations(in.handle) == 0, "passes %lld", (long long)mpk_iterations(in.handle));
         CHECK(msg.find("event 1 of pass 1 never fired (counter 1, needs 2): tasks 2..2 not started") != std::string::npos,
               "%s", msg.c_str());
-        printf("missing trigger (%d workers, %d schedulers, jitter %d) -> MPK_HANG after %.3f s (watchdog_s 0.3), no "
-               "worker holds the starved task: \"%s\" %s\n", c.num_workers, c.num_local_schedulers, c.jitter,
-               in.seconds, msg.c_str(), g_failures == before ? "PASS" : "FAIL");
+        printf("missing trigger (%d workers, %d schedulers, jitter %d) -> MPK_HANG %.3f s after the last task ended "
+               "(watchdog_s 0.3), no worker holds the starved task: \"%s\" %s\n", c.num_workers,
+               c.num_local_schedulers, c.jitter, idle_s, msg.c_str(), g_failures == before ? "PASS" : "FAIL");
     }
 }
 
 // A wait on a peer's counter shows as WAITING on that rank (the watchdog fires, the snapshot
 // and message name the rank); once the counter arrives the task finishes, and the pass
-// number the kernel sees keeps counting across launches (signals only grow).
+// number the kernel sees keeps counting across launches (signals only grow). The "peer" signals
+// only once the task shows as WAITING on it, so the task is seen to wait and then to resume.
 static void test_peer_wait() {
     const int before = g_failures;
     Graph g;
@@ -802,8 +887,18 @@ static void test_peer_wait() {
     for (int64_t pass = 1; pass <= 2; ++pass) {
         __atomic_store_n(counter, pass - 1, __ATOMIC_RELEASE);
         ok.meta.restore(ok.cfg, {1}, {0});
-        std::thread peer([&] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        const int launches = ok.launches_returned;
+        const uint64_t generation = launch_generation(ok);
+        std::thread peer([&] {  // (it slept 20 ms: on a loaded machine the task had not begun to wait)
+            const bool waiting = await_state([&] {
+                if (ok.launches_returned != launches) return true;  // the launch ended without waiting
+                if (launch_generation(ok) == generation) return false;  // not begun: the slots are being reset
+                for (const MpkWorkerState& s : ok.snapshot())
+                    if (s.state == MPK_WORKER_WAITING && s.task == t && s.peer == 1) return true;
+                return false;
+            });
+            CHECK(waiting && ok.launches_returned == launches, "launch %lld: the peer task never showed as WAITING on "
+                  "rank 1 (%s)", (long long)pass, waiting ? "the launch returned first" : "30 s");
             __atomic_store_n(counter, pass, __ATOMIC_RELEASE);
         });
         ok.launch();
@@ -813,7 +908,7 @@ static void test_peer_wait() {
               (long long)pass, (long long)__atomic_load_n(counter, __ATOMIC_ACQUIRE));
     }
     printf("peer wait: no signal -> MPK_HANG naming rank 1 (\"...%s\"); with the signal -> OK, pass number 1 "
-           "then 2 across launches %s\n", msg.substr(msg.find("waits for rank"), msg.find(';', msg.find("waits for rank")) - msg.find("waits for rank")).c_str(),
+           "then 2 across launches %s\n", excerpt(msg, "waits for rank", ";").c_str(),
            g_failures == before ? "PASS" : "FAIL");
 }
 
@@ -917,15 +1012,22 @@ static void test_two_handles_concurrently() {
            g_failures == before ? "PASS" : "FAIL");
 }
 
+// The second mpk_launch comes while the first launch's task is inside its kernel (SPIN, held until
+// released): it slept 50 ms into a 200 ms task, and on a loaded machine the first launch had not
+// begun by then, or had ended.
 static void test_concurrent_launch_refused() {
     const int before = g_failures;
     Graph g;
-    g.add({}, fake::SUM, 200000);
+    g.add({}, fake::SPIN);
     Instance in(g, default_config());
     CHECK(in.init(), "%s", in.init_error.c_str());
+    fake::g_release = 0;
+    fake::g_inside = 0;
     std::thread t([&] { in.launch(); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK(await_state([] { return fake::g_inside.load() == 1; }), "the first launch's task was not inside its kernel "
+          "within %.0f s", kStateDeadlineS);
     CHECK(mpk_launch(in.handle) == MPK_INVALID, "a second concurrent launch was accepted");
+    fake::g_release = 1;
     t.join();
     in.check_clean_run(1, "first launch");
     int64_t sizes[6];
@@ -1139,6 +1241,14 @@ static void test_scheduler_queue_overflow() {
            g_failures == before ? "PASS" : "FAIL");
 }
 
+// Whether every thread of the handle's last launch has left it (a worker released from its kernel
+// after MPK_STUCK or an interrupted launch comes back this way).
+static bool no_worker_inside(Instance& in) {
+    mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(in.handle);
+    std::lock_guard<std::mutex> lock(k.mu);
+    return k.live == 0;
+}
+
 // A task that stays inside its kernel past stuck_s is reported (MPK_STUCK) instead of blocking
 // forever; the handle refuses launches until the worker is back, then runs again.
 static void test_stuck_in_kernel() {
@@ -1153,45 +1263,58 @@ static void test_stuck_in_kernel() {
     Instance in(g, c);
     CHECK(in.init(), "%s", in.init_error.c_str());
     fake::g_release = 0;
+    fake::g_inside = 0;
     in.launch();
     std::string msg = in.message();
     CHECK(in.status == MPK_STUCK, "status %d: %s", in.status, msg.c_str());
-    CHECK(in.seconds >= 0.4 && in.seconds < 1.5, "MPK_STUCK after %.3f s", in.seconds);
+    // Not before stuck_s into the launch; within 1.1 s of stuck_s after the task entered its kernel
+    // (timed from there, not from the launch: starting the threads and task 1 come first).
+    const double inside_s = double(in.returned_ns - fake::g_inside_ns) * 1e-9;
+    CHECK(fake::g_inside && in.seconds >= 0.4 && inside_s < 1.5,
+          "MPK_STUCK %.3f s after the launch, %.3f s after task 2 entered its kernel (entered: %d)", in.seconds,
+          inside_s, fake::g_inside.load());
     CHECK(msg.find("task 2 (iteration 1) has been inside its kernel on worker") != std::string::npos &&
               msg.find("stuck_s = 0.4") != std::string::npos, "%s", msg.c_str());
     const std::string first = msg;
-    const double took = in.seconds;
+    const double took = inside_s;
     CHECK(in.launch() == MPK_INVALID && in.message().find("is still inside task 2 of an earlier launch") !=
                                             std::string::npos, "%d %s", in.status, in.message().c_str());
     fake::g_release = 1;
-    mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(in.handle);
-    bool back = false;
-    for (int i = 0; i < 200 && !back; ++i) {  // the worker leaves its kernel, then the launch
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        std::lock_guard<std::mutex> lock(k.mu);
-        back = k.live == 0;
-    }
-    CHECK(back, "the stuck worker did not come back");
+    CHECK(await_state([&] { return no_worker_inside(in); }), "the stuck worker did not come back within %.0f s",
+          kStateDeadlineS);
     in.meta.restore(in.cfg, {1}, {0});
     in.reset_buffers();
     in.launch();
     in.check_clean_run(1, "after the stuck worker came back");
-    printf("a task inside its kernel past stuck_s 0.4 (watchdog_s 0.1) -> MPK_STUCK after %.3f s: \"%s\"; refused "
-           "while it stays; OK once it returned %s\n", took, first.c_str(), g_failures == before ? "PASS" : "FAIL");
+    printf("a task inside its kernel past stuck_s 0.4 (watchdog_s 0.1) -> MPK_STUCK %.3f s after it entered: \"%s\"; "
+           "refused while it stays; OK once it returned %s\n", took, first.c_str(), g_failures == before ? "PASS" : "FAIL");
 }
 
 // mpk_abort from another thread (Python's Ctrl-C): a long pass returns MPK_INTERRUPTED within a
 // task's length, the workers stopped between tasks, and the handle runs a clean pass next. An
 // abort with no launch in flight is dropped. A task inside its kernel cannot be stopped: the
 // launch returns after the 1 s grace naming it and refuses launches until it comes back.
-// Launches `in` while another thread calls mpk_abort on it after `ms` (as Python does on Ctrl-C).
-static void launch_aborted_after(Instance& in, int ms) {
-    std::thread ctrl_c([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+// Launches `in` while another thread calls mpk_abort on it (as Python does on Ctrl-C) once
+// `ready()` holds, the state the test needs the abort to find (it slept a fixed time, which a
+// loaded machine outlasts before the task has begun: "after 0 of 3 tasks"). A ready() that does
+// not come within the deadline, or a launch that returns first, is a failure naming `what`; the
+// abort still goes out so the launch ends. Returns when it went out (fake::steady_ns()).
+template <class F> static int64_t launch_aborted_when(Instance& in, F ready, const char* what) {
+    int64_t aborted_ns = 0;
+    const int launches = in.launches_returned;
+    const uint64_t generation = launch_generation(in);
+    std::thread ctrl_c([&] {  // ready() reads the handle only once the launch has begun (launch_generation)
+        const bool reached = await_state(
+            [&] { return in.launches_returned != launches || (launch_generation(in) != generation && ready()); });
+        const bool ended = in.launches_returned != launches;
+        CHECK(reached && !ended, "waiting for %s before mpk_abort: %s", what,
+              ended ? "the launch returned first" : "not reached within the deadline");
+        aborted_ns = fake::steady_ns();
         mpk_abort(in.handle);
     });
     in.launch();
     ctrl_c.join();
+    return aborted_ns;
 }
 
 static void test_interrupt() {
@@ -1202,22 +1325,28 @@ static void test_interrupt() {
     Instance in(g, default_config());
     CHECK(in.init(), "%s", in.init_error.c_str());
     mpk_abort(in.handle);  // no launch in flight: no effect on the next one
-    launch_aborted_after(in, 250);
+    const auto tasks_done = [&] {
+        const std::vector<int64_t> p = in.progress();
+        return std::count(p.begin() + 1, p.end(), int64_t(1));
+    };
+    // mid-pass: once task 1 of the chain has finished (19 x 50 ms still to run)
+    const int64_t aborted_ns = launch_aborted_when(in, [&] { return tasks_done() >= 1; }, "task 1 to finish");
     const std::string msg = in.message();
-    const std::vector<int64_t> p = in.progress();
-    const int64_t done = std::count(p.begin() + 1, p.end(), int64_t(1));
+    const int64_t done = tasks_done();
+    const double after_s = double(in.returned_ns - aborted_ns) * 1e-9;
     CHECK(in.status == MPK_INTERRUPTED, "status %d: %s", in.status, msg.c_str());
-    CHECK(in.seconds >= 0.25 && in.seconds < 0.8, "MPK_INTERRUPTED after %.3f s (abort at 0.25 s)", in.seconds);
-    CHECK(done > 0 && done < 20 && msg.find("interrupted (mpk_abort) during pass 1 after " + std::to_string(done) +
-                                            " of 20 tasks") != std::string::npos, "%lld done: %s", (long long)done,
+    // within a task's length (50 ms) and the supervisor's 10 ms poll, with room for a busy machine;
+    // ignoring the abort would take the rest of the pass, about 0.9 s
+    CHECK(after_s < 0.5, "MPK_INTERRUPTED %.3f s after the abort", after_s);
+    CHECK(done >= 1 && done < 20 && msg.find("interrupted (mpk_abort) during pass 1 after " + std::to_string(done) +
+                                             " of 20 tasks") != std::string::npos, "%lld done: %s", (long long)done,
           msg.c_str());
-    const double took = in.seconds;
     in.meta.restore(in.cfg, {1}, {0});
     in.reset_buffers();
     in.launch();
     in.check_clean_run(1, "after an interrupted launch");
-    printf("mpk_abort 0.25 s into a 1 s pass -> MPK_INTERRUPTED after %.3f s: \"%s\"; the next launch is clean %s\n",
-           took, msg.c_str(), g_failures == before ? "PASS" : "FAIL");
+    printf("mpk_abort once task 1 of a 1 s pass finished -> MPK_INTERRUPTED %.3f s after it: \"%s\"; the next launch "
+           "is clean %s\n", after_s, msg.c_str(), g_failures == before ? "PASS" : "FAIL");
 
     const int before_spin = g_failures;
     Graph s;
@@ -1227,33 +1356,33 @@ static void test_interrupt() {
     Instance spin(s, default_config());
     CHECK(spin.init(), "%s", spin.init_error.c_str());
     fake::g_release = 0;
-    launch_aborted_after(spin, 100);
+    fake::g_inside = 0;
+    const int64_t spin_aborted_ns = launch_aborted_when(spin, [] { return fake::g_inside.load() == 1; },
+                                                        "task 2 to be inside its kernel");
     const std::string stuck = spin.message();
-    const double took_spin = spin.seconds;
-    CHECK(spin.status == MPK_INTERRUPTED && spin.seconds >= 1.0 && spin.seconds < 2.5, "status %d after %.3f s",
-          spin.status, spin.seconds);
-    CHECK(stuck.find("task 2 (iteration 1) is still inside its kernel on worker") != std::string::npos, "%s",
+    const double spin_after_s = double(spin.returned_ns - spin_aborted_ns) * 1e-9;
+    // the 1 s grace (kInterruptGraceS), then control back at once: 1.5 s of room for a busy machine,
+    // less than the further 2 s await_return gives the threads outside a kernel
+    CHECK(spin.status == MPK_INTERRUPTED && spin_after_s >= 1.0 && spin_after_s < 2.5,
+          "status %d %.3f s after the abort", spin.status, spin_after_s);
+    CHECK(stuck.find("during pass 1 after 1 of 3 tasks") != std::string::npos &&
+              stuck.find("task 2 (iteration 1) is still inside its kernel on worker") != std::string::npos, "%s",
           stuck.c_str());
     CHECK(spin.launch() == MPK_INVALID && spin.message().find("still inside task 2") != std::string::npos, "%d %s",
           spin.status, spin.message().c_str());
     fake::g_release = 1;
-    mpk::host::Kernel& k = *static_cast<mpk::host::Kernel*>(spin.handle);
-    bool back = false;
-    for (int i = 0; i < 200 && !back; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        std::lock_guard<std::mutex> lock(k.mu);
-        back = k.live == 0;
-    }
-    CHECK(back, "the interrupted worker did not come back");
-    printf("mpk_abort while a task spins inside its kernel -> MPK_INTERRUPTED after %.3f s (1 s grace): \"%s\"; "
-           "refused until it returns %s\n", took_spin, stuck.c_str(), g_failures == before_spin ? "PASS" : "FAIL");
+    CHECK(await_state([&] { return no_worker_inside(spin); }), "the interrupted worker did not come back within %.0f s",
+          kStateDeadlineS);
+    printf("mpk_abort while a task spins inside its kernel -> MPK_INTERRUPTED %.3f s after the abort (1 s grace): "
+           "\"%s\"; refused until it returns %s\n", spin_after_s, stuck.c_str(),
+           g_failures == before_spin ? "PASS" : "FAIL");
 }
 
 // Several ranks: every worker runs its tasks of a pass in position order, so kernels that wait
 // for a peer inside the task (allreduce) cannot deadlock across ranks. Two handles in this
 // process are ranks 0 and 1 (world_size 2): A (task 3, after X) and B (task 5, after Y) both run
-// on worker 0 and exchange a signal with the other rank; X sleeps on rank 0 and Y on rank 1, so
-// rank 0 gets B's event first and rank 1 A's. Run in arrival order (shown by switching the
+// on worker 0 and exchange a signal with the other rank; on rank 0 X stays in its kernel until B
+// is enqueued, on rank 1 Y until A is (fake::pair), so rank 0 gets B's event first and rank 1 A's. Run in arrival order (shown by switching the
 // reorder off through the handle), rank 0 waits in B for rank 1's B, which waits behind A for
 // rank 0's A: a hang; in position order both ranks run A, then B.
 static void test_cross_rank_order() {
@@ -1272,22 +1401,29 @@ static void test_cross_rank_order() {
         c.num_local_schedulers = 1;
         c.world_size = 2;
         c.watchdog_s = 0.5;
+        c.stuck_s = 60;  // X or Y waiting inside its kernel on a loaded machine is not stuck
+        fake::g_pair_late = 0;
         std::vector<std::unique_ptr<Instance>> ranks;
         for (int r = 0; r < 2; ++r) {
             c.mpi_rank = r;
             ranks.emplace_back(new Instance(g, c));
             Instance& in = *ranks.back();
-            in.built.tasks[x].iparams[0] = in.built.tasks[y].iparams[0] = 50000;  // X, Y: SUM sleeps...
-            in.built.tasks[x].variant = in.built.tasks[y].variant = fake::PAIR;  // ...on one rank only
-            in.built.tasks[x].iparams[2] = 0;
+            in.built.tasks[x].iparams[0] = 5;  // X waits until B is enqueued...
+            in.built.tasks[y].iparams[0] = 3;  // ...Y until A is...
+            in.built.tasks[x].variant = in.built.tasks[y].variant = fake::PAIR;
+            in.built.tasks[x].iparams[2] = 0;  // ...X on rank 0 only, Y on rank 1 only
             in.built.tasks[y].iparams[2] = 1;
             in.built.tasks[x].iparams[3] = in.built.tasks[y].iparams[3] = 1;
             CHECK(in.init(), "%s", in.init_error.c_str());
             static_cast<mpk::host::Kernel*>(in.handle)->st.ordered = ordered;
+            fake::g_pair_kernel[r] = static_cast<mpk::host::Kernel*>(in.handle);
         }
         std::thread t1([&] { ranks[1]->launch(); });
         ranks[0]->launch();
         t1.join();
+        fake::g_pair_kernel[0] = fake::g_pair_kernel[1] = nullptr;
+        CHECK(fake::g_pair_late == 0, "ordered %d: %d of X, Y waited 20 s for the other event", ordered,
+              fake::g_pair_late.load());
         if (!ordered) {
             CHECK(ranks[0]->status == MPK_HANG && ranks[1]->status == MPK_HANG, "arrival order: statuses %d %d",
                   ranks[0]->status, ranks[1]->status);
@@ -1299,36 +1435,49 @@ static void test_cross_rank_order() {
         }
     }
     printf("two ranks, tasks A and B on one worker, their events in opposite orders: arrival order hangs (\"...%s\"), "
-           "position order runs %s\n", hang.substr(hang.find("worker 0")).c_str(), g_failures == before ? "PASS" : "FAIL");
+           "position order runs %s\n", excerpt(hang, "worker 0").c_str(), g_failures == before ? "PASS" : "FAIL");
 }
 
-int main() {
+// Arguments: run only the tests whose name contains one of them (e.g. `interrupt stuck`), to
+// repeat the timing-sensitive ones under load; none: every test.
+int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
-    test_topologies();
-    test_meta_default();
-    test_meta_multi_request();
-    test_meta_prefilled_step();
-    test_offline_loop();
-    test_offline_eos();
-    test_nothing_scheduled();
-    test_invalid_at_launch();
-    test_kernel_exception();
-    test_unknown_variant();
-    test_hang();
-    test_in_kernel_watchdog();
-    test_peer_wait();
-    test_long_task_is_not_a_hang();
-    test_event_driven_dispatch();
-    test_prelaunch_dispatch();
-    test_task_record_and_in_order();
-    test_smem_poisoned_between_tasks();
-    test_scheduler_queue_overflow();
-    test_stuck_in_kernel();
-    test_interrupt();
-    test_cross_rank_order();
-    test_init_rejects();
-    test_two_handles_concurrently();
-    test_concurrent_launch_refused();
+    const struct { const char* name; void (*run)(); } tests[] = {
+        {"topologies", test_topologies},
+        {"meta_default", test_meta_default},
+        {"meta_multi_request", test_meta_multi_request},
+        {"meta_prefilled_step", test_meta_prefilled_step},
+        {"offline_loop", test_offline_loop},
+        {"offline_eos", test_offline_eos},
+        {"nothing_scheduled", test_nothing_scheduled},
+        {"invalid_at_launch", test_invalid_at_launch},
+        {"kernel_exception", test_kernel_exception},
+        {"unknown_variant", test_unknown_variant},
+        {"hang", test_hang},
+        {"in_kernel_watchdog", test_in_kernel_watchdog},
+        {"peer_wait", test_peer_wait},
+        {"long_task_is_not_a_hang", test_long_task_is_not_a_hang},
+        {"event_driven_dispatch", test_event_driven_dispatch},
+        {"prelaunch_dispatch", test_prelaunch_dispatch},
+        {"task_record_and_in_order", test_task_record_and_in_order},
+        {"smem_poisoned_between_tasks", test_smem_poisoned_between_tasks},
+        {"scheduler_queue_overflow", test_scheduler_queue_overflow},
+        {"stuck_in_kernel", test_stuck_in_kernel},
+        {"interrupt", test_interrupt},
+        {"cross_rank_order", test_cross_rank_order},
+        {"init_rejects", test_init_rejects},
+        {"two_handles_concurrently", test_two_handles_concurrently},
+        {"concurrent_launch_refused", test_concurrent_launch_refused},
+    };
+    int ran = 0;
+    for (const auto& t : tests) {
+        bool wanted = argc == 1;
+        for (int i = 1; i < argc; ++i) wanted = wanted || strstr(t.name, argv[i]) != nullptr;
+        if (!wanted) continue;
+        t.run();
+        ++ran;
+    }
+    CHECK(ran > 0, "no test matches the arguments");
     printf("%s: %d failure(s), %.2f s\n", g_failures ? "FAILED" : "All runtime tests passed", g_failures.load(),
            seconds_since(t0));
     return g_failures ? 1 : 0;
