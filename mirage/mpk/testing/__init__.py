@@ -15,7 +15,7 @@ One import for a test file (`from mirage.mpk import testing`); each concern is a
 """
 from .cases import capture_log, cpu_config, run_cases_as_script, run_pytest_file_as_script
 from .checks import assert_close, assert_equal, check_layer_outputs, check_nonvacuous, check_output
-from .diagnosis import assert_no_divergence, first_divergence, nan_note, tiling_warning
+from .diagnosis import assert_no_divergence, first_divergence, last_progress_ns, nan_note, tiling_warning
 from .evidence import Comparison, compare, digest, evidence, say
 from .inputs import generator, load_reference, randn, seed
 from .keep import failure_dir, keep_failure
@@ -61,7 +61,8 @@ __all__ = [
     "worker_block_dim",
     "capture_log", "cpu_config", "run_cases_as_script", "assert_close", "assert_equal",
     "check_layer_outputs", "check_nonvacuous", "check_output", "assert_no_divergence", "first_divergence",
-    "nan_note", "tiling_warning", "Comparison", "compare", "digest", "evidence", "say", "generator",
+    "last_progress_ns", "nan_note", "tiling_warning", "Comparison", "compare", "digest", "evidence", "say",
+    "generator",
     "load_reference", "keep_failure", "failure_dir",
     "randn", "seed", "ONE_RANK", "TP_KINDS", "WRONG_SHARD_ENV", "CaseSkipped", "World", "all_ranks_agree",
     "layer_tp", "mpiexec", "mpirun", "on_all_ranks", "rank_lines", "script_world", "check_scalars",

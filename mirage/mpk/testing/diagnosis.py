@@ -233,3 +233,17 @@ def _serial_rerun(pk, name: str, fails: Callable[[], bool], note: Callable[[], s
             outputs[n].copy_(t)
     say(f"SERIAL {name}: {verdict}")
     return f"\nSerial re-run (1 worker, no jitter, tasks in program order): {verdict}"
+
+
+def last_progress_ns(pk) -> int:
+    """When pk's last launch last made progress, from its task record (profile=True; CLOCK_MONOTONIC
+    ns on the CPU, time.monotonic_ns()'s): the latest ready or begin stamp, or the end stamp of a task
+    that completed (a task the abort ended inside its kernel is stamped at the abort). Watchdog tests
+    time their bound from here, not from the pk() call, so a busy machine's slow start cannot fail them."""
+    from ..abi import RECORD_FIELDS
+
+    rec = pk._record.view(-1)[: RECORD_FIELDS * len(pk.graph.tasks)].view(-1, RECORD_FIELDS)[1:]
+    done = torch.tensor(pk._runtime.task_progress()[1:]) > 0
+    last = max(int(rec[:, :2].max()), int(rec[done, 2].max()) if done.any() else 0)
+    assert last > 0, "no task stamped: the kernel ran nothing"
+    return last

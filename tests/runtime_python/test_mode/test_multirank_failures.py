@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from mirage.mpk import abi, testing
+from mirage.mpk import testing
 from mirage.mpk.errors import MPKHangError
 from mirage.mpk.faults import Fault
 from mirage.mpk.persistent_kernel import PersistentKernel
@@ -42,17 +42,6 @@ def build(rank: int, size: int, fault=None, watchdog_s: float = 30.0,
     return pk
 
 
-def last_progress_ns(pk) -> int:
-    """When pk's last launch last made progress, from its task record (profile=True; CLOCK_MONOTONIC
-    ns on the CPU, time.monotonic_ns()'s): the latest ready or begin stamp, or end stamp of a task
-    that completed (a task the abort ended inside its kernel is stamped at the abort)."""
-    rec = pk._record.view(-1)[: abi.RECORD_FIELDS * len(pk.graph.tasks)].view(-1, abi.RECORD_FIELDS)[1:]
-    done = torch.tensor(pk._runtime.task_progress()[1:]) > 0
-    last = max(int(rec[:, :2].max()), int(rec[done, 2].max()) if done.any() else 0)
-    assert last > 0, "no task stamped: the kernel ran nothing"
-    return last
-
-
 def main(mode: str) -> None:
     from mpi4py import MPI
     rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
@@ -68,7 +57,7 @@ def main(mode: str) -> None:
             outcome = str(e)
         returned_ns, elapsed = time.monotonic_ns(), time.perf_counter() - t0
         if rank != STALLED_RANK:   # the watchdog counts from the last progress
-            idle = (returned_ns - last_progress_ns(pk)) / 1e9
+            idle = (returned_ns - testing.last_progress_ns(pk)) / 1e9
         with testing.on_all_ranks("stall outcome"):
             if rank == STALLED_RANK:          # it got every peer's signal, and its own
                 assert outcome == "completed", outcome

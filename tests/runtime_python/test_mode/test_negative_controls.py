@@ -20,7 +20,7 @@ import time
 import pytest
 import torch
 
-from mirage.mpk import abi, testing
+from mirage.mpk import testing
 from mirage.mpk.errors import MPKHangError, MPKUnwrittenError
 from mirage.mpk.faults import Fault
 from mirage.mpk.persistent_kernel import PersistentKernel
@@ -113,17 +113,6 @@ def test_perturbation_at_the_edge_of_the_budget_is_caught():
     print(f"CAUGHT perturb by {amount:.3g} (4x the {allowed:.3g} allowed at (3, 29); MPK atol 0.05)")
 
 
-def last_progress_ns(pk) -> int:
-    """When pk's last launch last made progress, from its task record (profile=True; CLOCK_MONOTONIC
-    ns on the CPU, time.monotonic_ns()'s): the latest ready or begin stamp, or end stamp of a task
-    that completed (a task the abort ended inside its kernel is stamped at the abort)."""
-    rec = pk._record.view(-1)[: abi.RECORD_FIELDS * len(pk.graph.tasks)].view(-1, abi.RECORD_FIELDS)[1:]
-    done = torch.tensor(pk._runtime.task_progress()[1:]) > 0
-    last = max(int(rec[:, :2].max()), int(rec[done, 2].max()) if done.any() else 0)
-    assert last > 0, "no task stamped: the kernel ran nothing"
-    return last
-
-
 def test_lost_trigger_is_caught_by_the_watchdog():
     clean_run()
     # Timed from the last progress (the task record), as the watchdog counts: the clock started
@@ -136,7 +125,7 @@ def test_lost_trigger_is_caught_by_the_watchdog():
         with pytest.raises(MPKHangError) as e:
             pk()
         returned_ns, elapsed = time.monotonic_ns(), time.perf_counter() - t0
-        idle = (returned_ns - last_progress_ns(pk)) / 1e9
+        idle = (returned_ns - testing.last_progress_ns(pk)) / 1e9
     finally:
         pk.finalize()
     report = str(e.value)

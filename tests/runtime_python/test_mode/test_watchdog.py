@@ -62,18 +62,7 @@ def timed_hang(pk) -> tuple[float, float, str]:
     with pytest.raises(MPKHangError) as e:
         pk()
     returned_ns, elapsed = time.monotonic_ns(), time.perf_counter() - t0
-    return elapsed, (returned_ns - last_progress_ns(pk)) / 1e9, str(e.value)
-
-
-def last_progress_ns(pk) -> int:
-    """When pk's last launch last made progress, from its task record (profile=True; CLOCK_MONOTONIC
-    ns on the CPU, time.monotonic_ns()'s): the latest ready or begin stamp, or end stamp of a task
-    that completed (a task the abort ended inside its kernel is stamped at the abort)."""
-    rec = pk._record.view(-1)[: abi.RECORD_FIELDS * len(pk.graph.tasks)].view(-1, abi.RECORD_FIELDS)[1:]
-    done = torch.tensor(pk._runtime.task_progress()[1:]) > 0
-    last = max(int(rec[:, :2].max()), int(rec[done, 2].max()) if done.any() else 0)
-    assert last > 0, "no task stamped: the kernel ran nothing"
-    return last
+    return elapsed, (returned_ns - testing.last_progress_ns(pk)) / 1e9, str(e.value)
 
 
 def test_hang_is_reported_within_watchdog_plus_one_second(monkeypatch):
