@@ -568,19 +568,19 @@ static void test_topologies() {
             for (uint64_t seed = 0; seed <= 7; ++seed)
                 for (int ranks = 1; ranks <= 2; ++ranks)  // 2: each worker runs its tasks in position order
                     for (int32_t dispatch : {MPK_DISPATCH_EVENT, MPK_DISPATCH_MPK}) {
-                    MpkConfig c = default_config();
-                    c.dispatch = dispatch;
-                    c.num_workers = ws[0];
-                    c.num_local_schedulers = ws[1];
-                    c.jitter = seed > 0;
-                    c.jitter_seed = seed;
-                    c.world_size = ranks;
-                    Instance in(shape.g, c);
-                    CHECK(in.init(), "%s: mpk_init: %s", shape.name, in.init_error.c_str());
-                    in.launch();
-                    in.check_clean_run(1, shape.name);
-                    ++runs;
-                }
+                        MpkConfig c = default_config();
+                        c.dispatch = dispatch;
+                        c.num_workers = ws[0];
+                        c.num_local_schedulers = ws[1];
+                        c.jitter = seed > 0;
+                        c.jitter_seed = seed;
+                        c.world_size = ranks;
+                        Instance in(shape.g, c);
+                        CHECK(in.init(), "%s: mpk_init: %s", shape.name, in.init_error.c_str());
+                        in.launch();
+                        in.check_clean_run(1, shape.name);
+                        ++runs;
+                    }
         printf("topology %-10s tasks %3d: %2d runs (workers x schedulers 1x1 3x1 8x2 8x4 2x4, jitter off + seeds 1..7, "
                "world_size 1 and 2, dispatch event and mpk), values/progress/counters exact, %.2f s %s\n",
                shape.name, shape.g.num_tasks() - 1, runs, seconds_since(t0), g_failures == before ? "PASS" : "FAIL");
@@ -1071,12 +1071,10 @@ static void test_in_kernel_watchdog() {
 
 // ---- tests: MPK's event-driven dispatch, the scheduler ring's bound, the stuck-in-kernel limit
 
-// A task is enqueued only once its event has fired: while PROBE (task 1) runs for 60 ms, it
-// inspects every worker ring; 40 first tasks are queued at the start of the pass, and the 20
-// tasks that wait on PROBE must not be in any ring until it finishes. (The former executor
-// queued every task of a pass at its start: this test fails on it.)
-static void test_event_driven_dispatch() {
-    const int before = g_failures;
+// The probe graph under one dispatch model: PROBE (task 1) inspects every worker ring while it runs
+// (fake::probe counts the queued ids and those whose event had not fired yet); 40 first tasks and
+// 20 tasks that wait on PROBE. The values must be exact either way.
+static void run_probe_graph(int32_t dispatch, const char* label) {
     Graph g;
     const int p = g.add({}, fake::PROBE, 60);
     for (int i = 0; i < 40; ++i) g.add({});
@@ -1084,6 +1082,7 @@ static void test_event_driven_dispatch() {
     MpkConfig c = default_config();
     c.num_workers = 2;
     c.num_local_schedulers = 2;
+    c.dispatch = dispatch;
     Instance in(g, c);
     CHECK(in.init(), "%s", in.init_error.c_str());
     fake::g_violations = 0;
@@ -1091,7 +1090,15 @@ static void test_event_driven_dispatch() {
     fake::g_kernel = static_cast<mpk::host::Kernel*>(in.handle);
     in.launch();
     fake::g_kernel = nullptr;
-    in.check_clean_run(1, "event-driven dispatch");
+    in.check_clean_run(1, label);
+}
+
+// A task is enqueued only once its event has fired: the 20 tasks that wait on PROBE must not be in
+// any ring until it finishes. (The former executor queued every task of a pass at its start: this
+// test fails on it.)
+static void test_event_driven_dispatch() {
+    const int before = g_failures;
+    run_probe_graph(MPK_DISPATCH_EVENT, "event-driven dispatch");
     CHECK(fake::g_violations == 0, "%d queued ids whose event had not fired", fake::g_violations.load());
     CHECK(fake::g_queued_seen > 0, "the probe never saw a queued task: vacuous");
     printf("event-driven dispatch: while task 1 ran, %d queued ids seen in the worker rings, %d of them before their "
@@ -1099,27 +1106,12 @@ static void test_event_driven_dispatch() {
            g_failures == before ? "PASS" : "FAIL");
 }
 
-// MPK's pre-launch (dispatch = MPK_DISPATCH_MPK): the same graph, and now the 20 tasks waiting on
-// PROBE are in the rings while it runs (queued at the pass's start, before their event fired),
-// yet each runs only after it: the values are exact.
+// MPK's pre-launch (dispatch = MPK_DISPATCH_MPK): now the 20 tasks waiting on PROBE are in the rings
+// while it runs (queued at the pass's start, before their event fired), yet each runs only after
+// it: the values are exact.
 static void test_prelaunch_dispatch() {
     const int before = g_failures;
-    Graph g;
-    const int p = g.add({}, fake::PROBE, 60);
-    for (int i = 0; i < 40; ++i) g.add({});
-    for (int i = 0; i < 20; ++i) g.add({p});
-    MpkConfig c = default_config();
-    c.num_workers = 2;
-    c.num_local_schedulers = 2;
-    c.dispatch = MPK_DISPATCH_MPK;
-    Instance in(g, c);
-    CHECK(in.init(), "%s", in.init_error.c_str());
-    fake::g_violations = 0;
-    fake::g_queued_seen = 0;
-    fake::g_kernel = static_cast<mpk::host::Kernel*>(in.handle);
-    in.launch();
-    fake::g_kernel = nullptr;
-    in.check_clean_run(1, "pre-launch dispatch");
+    run_probe_graph(MPK_DISPATCH_MPK, "pre-launch dispatch");
     CHECK(fake::g_violations > 0, "no task was queued before its event fired: not MPK's pre-launch");
     printf("pre-launch dispatch (MPK's): while task 1 ran, %d queued ids seen, %d of them before their event fired; "
            "values exact %s\n", fake::g_queued_seen.load(), fake::g_violations.load(),
