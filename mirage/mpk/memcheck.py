@@ -48,9 +48,13 @@ def _elements(ranges: list[tuple[int, int]], size: int) -> list[tuple[int, int]]
 class Fences:
     """The guarded copies of one kernel's tensors, the guard table and the fault records."""
 
-    def __init__(self, tensors: list[DTensor], graph: Graph, pages: bool):
+    def __init__(self, tensors: list[DTensor], graph: Graph, pages: bool, meta: tuple = ()):
         self.tensors, self.graph = tensors, graph
-        self.guarded = {t.id: guard.guarded_copy(t.data, pages=pages) for t in tensors if t.kind != SYMMETRIC}
+        # a tensor on a meta tensor's storage (embed_layer's input_tokens) is read in place: the runtime
+        # writes that storage during the launch (prepare_next_batch), after any copy_in
+        own = {m.untyped_storage().data_ptr() for m in meta} - {0}
+        self.guarded = {t.id: guard.guarded_copy(t.data, pages=pages) for t in tensors if t.kind != SYMMETRIC
+                        and t.data.untyped_storage().data_ptr() not in own}
         outputs = {tile.tensor.id for t in graph.tasks[1:] for tile in t.outputs}
         self.written = sorted(outputs & set(self.guarded))
         rows = [(lo, hi, tid) for tid, g in self.guarded.items() for lo, hi in g.guard_pages]

@@ -436,7 +436,8 @@ class PersistentKernel:
         if not self.test_mode or self.sanitize:
             return None
         if self._fences is None:
-            self._fences = memcheck.Fences(self._table(), graph, self.device.type == "cpu")
+            self._fences = memcheck.Fences(self._table(), graph, self.device.type == "cpu",
+                                           tuple(self.meta_tensors.values()))
         config.update(self._fences.config())
         return self._fences.pointers()
 

@@ -129,14 +129,20 @@ def check_task_types(types: dict[str, object]) -> dict[str, int]:
 
 
 def find_layer(method: str) -> Callable[..., Layer]:
-    """`rmsnorm_layer` -> mirage.mpk.layers.rmsnorm.rmsnorm_layer, or AttributeError."""
+    """`rmsnorm_layer` -> mirage.mpk.layers.rmsnorm.rmsnorm_layer; an MPK name that is not its module's
+    stem is the module's function of that name (`embed_layer` in layers/embedding.py); else AttributeError."""
     stem = method[: -len("_layer")]
     try:
         module = importlib.import_module(f"{__name__}.{stem}")
     except ModuleNotFoundError as e:
         if e.name != f"{__name__}.{stem}":
             raise                         # the layer exists but one of its imports is missing
-        known = [f"{stem}_layer" for stem in layer_stems()]
+        mods = [importlib.import_module(f"{__name__}.{s}") for s in layer_stems()]
+        fns = {n: f for m in mods for n, f in vars(m).items()
+               if n.endswith("_layer") and getattr(f, "__module__", None) == m.__name__}
+        if method in fns:
+            return fns[method]
+        known = sorted(fns)
         raise AttributeError(f"PersistentKernel has no layer '{method}' (no module mirage/mpk/layers/"
                              f"{stem}.py); known layers: {', '.join(known)}") from None
     return getattr(module, method)

@@ -375,16 +375,18 @@ def _attach(pk, name: str, t: torch.Tensor) -> DTensor:
 
 
 def run_tasks(layer_call: Callable, tensors: dict[str, torch.Tensor], coords=None, *, target_cc: int = 0,
-              seed: int = 0) -> KernelRun:
+              seed: int = 0, params: dict | None = None) -> KernelRun:
     """Build one layer (layer_call(pk, {name: DTensor})), compile it (the test-mode build and cache) and
     run its tasks alone with the footprint checks (module doc). coords: None (every task), "edges"
     (the first and last), or a list of grid coordinates. target_cc 0/80: a 128-thread worker block;
-    90/100: 256 threads. Returns the KernelRun; the given output tensors receive what the tasks wrote."""
+    90/100: 256 threads. params: more PersistentKernel parameters, e.g. meta_tensors (with the
+    max_seq_length they need) for a layer that reads them: the tasks see them as given (no meta pass).
+    Returns the KernelRun; the given output tensors receive what the tasks wrote."""
     from ..persistent_kernel import PersistentKernel
 
     cuda = any(t.device.type == "cuda" for t in tensors.values())
     pk = PersistentKernel(test_mode=True, num_workers=1, num_local_schedulers=1,
-                          target_cc=None if cuda else target_cc)
+                          target_cc=None if cuda else target_cc, **(params or {}))
     try:
         dts = {name: _attach(pk, name, t) for name, t in tensors.items()}
         layer_call(pk, dts)
