@@ -52,6 +52,7 @@ from .tolerances import (
     tol_linear,
     tol_normalization,
     tol_rmsnorm,
+    tol_rmsnorm_linear,
     tolerance,
 )
 
@@ -67,5 +68,5 @@ __all__ = [
     "randn", "seed", "ONE_RANK", "TP_KINDS", "WRONG_SHARD_ENV", "CaseSkipped", "World", "all_ranks_agree",
     "layer_tp", "mpiexec", "mpirun", "on_all_ranks", "rank_lines", "script_world", "check_scalars",
     "RMS_LIMIT", "RMS_MIN_N", "U32", "Tolerance", "tol_elementwise", "tol_linear", "tol_normalization",
-    "tol_rmsnorm", "tolerance",
+    "tol_rmsnorm", "tol_rmsnorm_linear", "tolerance",
 ]

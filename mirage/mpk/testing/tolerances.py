@@ -167,3 +167,11 @@ def tol_normalization(dtype: DType | torch.dtype, length: int, *, power: float =
 def tol_rmsnorm(dtype: DType | torch.dtype, hidden: int) -> Tolerance:
     """rmsnorm: the mean of squares under the rsqrt, relative to the result (tol_normalization)."""
     return tol_normalization(dtype, hidden)
+
+
+def tol_rmsnorm_linear(dtype: DType | torch.dtype, hidden: int, scale: torch.Tensor) -> Tolerance:
+    """rmsnorm then linear, fused: each normalized n_k is within tol_rmsnorm's relative budget (u_T + (hidden
+    / 2 + 6) u32) of the reference, which reaches the output times scale = sum_k |n_k W_jk|, on top of the
+    linear's (hidden + 1) u32 scale and its output rounding: as input_rounding = dtype and hidden / 2 + 6 more
+    terms of k (csrc/tasks/rmsnorm_linear.cuh)."""
+    return tolerance(dtype, k=hidden + (hidden + 1) // 2 + 6, scale=scale, ops=2, input_rounding=dtype)
