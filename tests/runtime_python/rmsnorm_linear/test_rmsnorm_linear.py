@@ -1,4 +1,5 @@
-"""rmsnorm_linear_layer's kernel alone (csrc/tasks/rmsnorm_linear.cuh; testing.run_tasks, docs/kernel_tests.md).
+"""rmsnorm_linear_layer's kernel alone (csrc/tasks/rmsnorm_linear.cuh; testing.run_tasks,
+docs/kernel_tests.md).
 
 Each task runs by itself on one emulated worker block, everything outside its declared tiles poisoned: a
 task that writes outside its output columns, reads outside its W rows, races with itself or leaves an output
@@ -7,7 +8,7 @@ element unwritten is a testing.MPKFootprintError. Covers bf16, fp16, fp32 at 128
 batch (decode), more rows than warps, odd K (no multiple of 32 lanes), one-column tiles, and strided views
 (x a column block of a wider matrix, W every other column, y a column block).
 
-Run: python tests/runtime_python/rmsnorm_linear/test_rmsnorm_linear.py   (or pytest this file; -k to pick cases)
+Run: python tests/runtime_python/rmsnorm_linear/test_rmsnorm_linear.py   (or pytest it; -k to pick cases)
 """
 import sys
 
