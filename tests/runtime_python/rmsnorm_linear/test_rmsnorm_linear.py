@@ -83,5 +83,43 @@ def test_kernel_quick():
     test_kernel_strided(torch.bfloat16, *STRIDED[0], 90)
 
 
+def test_rmsnorm_linear_refuses_bad_arguments():
+    """Shapes, dtypes, grids, eps and the batch bound are checked in Python, naming layer, tensor
+    and sizes."""
+    from mirage.mpk.persistent_kernel import PersistentKernel
+
+    pk = PersistentKernel(test_mode=True)
+    t = {name: pk.attach_input(v, name=name) for name, v in [
+        ("x", torch.zeros(4, 8)), ("wn", torch.zeros(8)), ("w", torch.zeros(6, 8)),
+        ("out", torch.zeros(4, 6)),
+        ("x3", torch.zeros(4, 8, 1)), ("wn7", torch.zeros(7)), ("w7", torch.zeros(6, 7)),
+        ("out5", torch.zeros(4, 5)), ("x_bf", torch.zeros(4, 8, dtype=torch.bfloat16)),
+        ("big", torch.zeros(1025, 8)), ("out_big", torch.zeros(1025, 6))]}
+    cases = [
+        (dict(input=t["x3"]), r"tensor 'x3' \(input\) must be 2-D, got shape \(4, 8, 1\)"),
+        (dict(weight_norm=t["wn7"]), r"tensor 'wn7' \(weight_norm\) dim 0 is 7, expected 8"),
+        (dict(weight_linear=t["w7"]), r"weight_linear 'w7' is \(6, 7\) but input 'x' is \(4, 8\)"),
+        (dict(output=t["out5"]), r"tensor 'out5' \(output\) dim 1 is 5, expected 6"),
+        (dict(input=t["x_bf"]), r"tensor 'wn' \(weight_norm\) has dtype float32, expected bfloat16"),
+        (dict(grid_dim=(4, 1, 1)), r"tensor 'w' \(weight_linear\) dim 0 \(6\) is not divisible by "
+                                   r"grid_dim.x=4"),
+        (dict(grid_dim=(2, 2, 1)), r"rmsnorm_linear splits only the output features, so grid_dim must be "
+                                   r"\(n_split, 1, 1\); got \(2, 2, 1\)"),
+        (dict(grid_dim=(1, 1, 2)), r"rmsnorm_linear splits only the output features, so grid_dim must be "
+                                   r"\(n_split, 1, 1\); got \(1, 1, 2\)"),
+        (dict(eps=0.0), r"eps must be a positive number, got 0.0"),
+        (dict(eps=True), r"eps must be a positive number, got True"),
+        (dict(input=t["big"], output=t["out_big"]), r"batch 1025 is over 1024"),
+    ]
+    for change, message in cases:
+        kw = {**dict(input=t["x"], weight_norm=t["wn"], weight_linear=t["w"], output=t["out"],
+                     grid_dim=(2, 1, 1), block_dim=(128, 1, 1)), **change}
+        with pytest.raises(ValueError, match=f"layer 'rmsnorm_linear_0': {message}"):
+            pk.rmsnorm_linear_layer(**kw)
+    testing.say(f"BAD_INPUT rmsnorm_linear_layer: {len(cases)} bad calls refused, each naming layer, tensor "
+                f"and sizes PASS")
+    pk.finalize()
+
+
 if __name__ == "__main__":
     testing.run_pytest_file_as_script(__file__, sys.argv[1:])
