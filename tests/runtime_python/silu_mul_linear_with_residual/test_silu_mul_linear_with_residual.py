@@ -1,6 +1,6 @@
-"""silu_mul_linear_with_residual_layer's kernel alone (csrc/tasks/silu_mul_linear_with_residual.cuh: linear.cuh's
-linear_rows with x = round_T(silu(gate) * up)): each task on one block, everything around its tiles poisoned
-(testing.run_tasks; docs/kernel_tests.md).
+"""silu_mul_linear_with_residual_layer's kernel alone (csrc/tasks/silu_mul_linear_with_residual.cuh:
+linear.cuh's linear_rows with x = round_T(silu(gate) * up)): each task on one block, everything around its
+tiles poisoned (testing.run_tasks; docs/kernel_tests.md).
 
 Covers bf16, fp16 and fp32 at 128 threads (target_cc 80) and 256 (target_cc 90), one rank (add_residual = 1):
 every task of a non-power-of-two hidden split (3 tiles), the vector path (I a multiple of 8) and the scalar

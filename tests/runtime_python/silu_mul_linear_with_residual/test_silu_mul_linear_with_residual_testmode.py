@@ -3,7 +3,8 @@ schedule jitter.
 
 Run: python tests/runtime_python/silu_mul_linear_with_residual/test_silu_mul_linear_with_residual_testmode.py
      (or pytest this file)
-     mpirun -n 4 python tests/runtime_python/silu_mul_linear_with_residual/test_silu_mul_linear_with_residual_testmode.py
+     mpirun -n 4 python \
+         tests/runtime_python/silu_mul_linear_with_residual/test_silu_mul_linear_with_residual_testmode.py
      (one 4-rank job: the layer is row-parallel (its module's TP), as MPK's down projection: every rank
      draws the same unsharded gate, up, W and residual (a contained generator), keeps columns
      [r*I/W, (r+1)*I/W) of gate, of up and of W (its input is its own [gate_r | up_r]), computes its
@@ -59,7 +60,8 @@ def run_case(dtype, batch, i, n, grid, jitter, output_dir=None, world=testing.ON
     assert pk.layers[0].params["add_residual"] == add, "MPK: the residual on rank 0 only"
     expected = ref.silu_mul_linear_with_residual(x, w, residual, add_residual=add)
     scale = ref.hidden(x) @ w.double().abs().T + residual.double().abs() * add
-    name = f"silu_mul_linear_with_residual[{str(dtype)[6:]},{batch}x{i}->{n},grid={grid},jitter={jitter}{world.tag}]"
+    name = (f"silu_mul_linear_with_residual[{str(dtype)[6:]},{batch}x{i}->{n},grid={grid},jitter={jitter}"
+            f"{world.tag}]")
     tol = testing.tol_linear(dtype, x.shape[1] // 2 + 1 + SILU_OPS, scale, input_rounding=dtype)
     testing.check_output(name, out, expected, tol, pk.layers[0].checks, (x, w, residual), pk=pk)
     if summed is not None:
@@ -74,7 +76,8 @@ def run_case(dtype, batch, i, n, grid, jitter, output_dir=None, world=testing.ON
         expected = world.shard("output", ref.silu_mul_linear_with_residual(x_full, w_full, residual))
         scale = ref.hidden(x_full) @ w_full.double().abs().T + residual.double().abs()
         scale = scale + sum(p.double().abs() for p in parts)
-        tol = testing.tolerance(dtype, k=i + 1 + SILU_OPS + world.size, scale=scale, ops=2, input_rounding=dtype)
+        tol = testing.tolerance(dtype, k=i + 1 + SILU_OPS + world.size, scale=scale, ops=2,
+                                input_rounding=dtype)
         testing.check_output(f"{name}.unsharded", summed, expected, tol, pk.layers[1].checks, (out, residual),
                              pk=pk)
     return pk
