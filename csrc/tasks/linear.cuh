@@ -52,10 +52,21 @@ constexpr int COLS = 4;                       // output columns (W rows) per war
 constexpr int RED_STRIDE = 33;                // floats per output in the reduction array
 constexpr int RED_FLOATS = 32 * RED_STRIDE;   // per warp: up to 32 outputs x 32 lanes, padded
 
+// How x's elements become the GEMM's fp32 operand: PlainX reads them; a fused variant
+// (silu_mul_linear_with_residual.cuh) computes them from two elements.
+template <typename T> struct PlainX {
+    template <int N> MPK_DEVICE MPK_INLINE void load(const T* p, float* out) const {
+        const Pack<T, N> q = load_pack<T, N>(p);
+        MPK_UNROLL
+        for (int i = 0; i < N; ++i) out[i] = to_float(q.e[i]);
+    }
+    MPK_DEVICE MPK_INLINE float at(const T* p) const { return to_float(*p); }
+};
+
 // One chunk of ROWS batch rows (x, r, y point at its first row), every column of the tile.
-template <typename T, int ROWS, bool VEC>
+template <typename T, int ROWS, bool VEC, typename XS>
 MPK_DEVICE void rows_chunk(const T* x, const Tile2D& xt, const T* w, const Tile2D& wt, const T* r, const Tile2D& rt,
-                           T* y, const Tile2D& yt, float* red) {
+                           T* y, const Tile2D& yt, float* red, const XS& xs) {
     constexpr int V = PACK16<T>;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     const int64_t n = yt.cols, k_len = xt.cols;
@@ -81,10 +92,11 @@ MPK_DEVICE void rows_chunk(const T* x, const Tile2D& xt, const T* w, const Tile2
                 }
                 MPK_UNROLL
                 for (int b = 0; b < ROWS; ++b) {
-                    const Pack<T, V> q = load_pack<T, V>(x + b * xt.row_stride + k);
+                    float xf[V];
+                    xs.template load<V>(x + b * xt.row_stride + k, xf);
                     MPK_UNROLL
                     for (int i = 0; i < V; ++i) {
-                        const float xv = to_float(q.e[i]);
+                        const float xv = xf[i];
                         // Not forced to unroll: g++ -O2 vectorizes this loop (one 4-wide multiply-add
                         // over the COLS columns, same order per output); nvcc unrolls it anyway
                         // (ptxas: no stack frame, so acc stays in registers).
@@ -100,7 +112,7 @@ MPK_DEVICE void rows_chunk(const T* x, const Tile2D& xt, const T* w, const Tile2
             for (int c = 0; c < COLS; ++c) wf[c] = to_float(wr[c][k * wt.col_stride]);
             MPK_UNROLL
             for (int b = 0; b < ROWS; ++b) {
-                const float xv = to_float(x[b * xt.row_stride + k * xt.col_stride]);
+                const float xv = xs.at(x + b * xt.row_stride + k * xt.col_stride);
                 for (int c = 0; c < COLS; ++c) acc[b][c] += xv * wf[c];  // vectorized by g++ as above
             }
         }
@@ -123,9 +135,9 @@ MPK_DEVICE void rows_chunk(const T* x, const Tile2D& xt, const T* w, const Tile2
     }
 }
 
-template <typename T, bool VEC>
+template <typename T, bool VEC, typename XS>
 MPK_DEVICE void all_rows(const T* x, const Tile2D& xt, const T* w, const Tile2D& wt, const T* r, const Tile2D& rt,
-                         T* y, const Tile2D& yt, float* red) {
+                         T* y, const Tile2D& yt, float* red, const XS& xs) {
     // Chunks of 8, then 4, 2, 1 rows; every thread takes the same branches (uniform).
     for (int64_t b0 = 0; b0 < yt.rows;) {
         const int64_t left = yt.rows - b0;
@@ -133,16 +145,16 @@ MPK_DEVICE void all_rows(const T* x, const Tile2D& xt, const T* w, const Tile2D&
         const T* rb = r ? r + b0 * rt.row_stride : nullptr;
         T* yb = y + b0 * yt.row_stride;
         if (left >= 8) {
-            rows_chunk<T, 8, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red);
+            rows_chunk<T, 8, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red, xs);
             b0 += 8;
         } else if (left >= 4) {
-            rows_chunk<T, 4, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red);
+            rows_chunk<T, 4, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red, xs);
             b0 += 4;
         } else if (left >= 2) {
-            rows_chunk<T, 2, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red);
+            rows_chunk<T, 2, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red, xs);
             b0 += 2;
         } else {
-            rows_chunk<T, 1, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red);
+            rows_chunk<T, 1, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red, xs);
             b0 += 1;
         }
     }
@@ -157,20 +169,26 @@ template <typename T> MPK_DEVICE MPK_INLINE bool rows_aligned16(const T* p, cons
 
 }  // namespace linear_detail
 
-// y = x @ W^T (+ residual when `residual` is not null): the kernel of linear_task and
-// linear_with_residual_task. Every thread of the block calls it.
+// y = x @ W^T (+ residual when `residual` is not null), x's elements as xs gives them; vec: x's
+// and W's rows allow the vector path (the caller checks every pointer xs reads through).
+template <typename T, typename XS>
+MPK_DEVICE void linear_rows(const T* x, const Tile2D& xt, const T* w, const Tile2D& wt, const T* residual,
+                            const Tile2D& rt, T* y, const Tile2D& yt, const XS& xs, bool vec) {
+    using namespace linear_detail;
+    float* red = smem<float>(size_t(threadIdx.x / 32) * RED_FLOATS * sizeof(float), RED_FLOATS);
+    if (vec && rows_aligned16(w, wt))
+        all_rows<T, true>(x, xt, w, wt, residual, rt, y, yt, red, xs);
+    else
+        all_rows<T, false>(x, xt, w, wt, residual, rt, y, yt, red, xs);
+}
+
+// The kernel of linear_task and linear_with_residual_task. Every thread of the block calls it.
 template <typename T>
 MPK_DEVICE void linear_tile(const TaskView& v, const T* residual, const Tile2D& rt) {
-    using namespace linear_detail;
     const Tile2D xt = tile2d(v.in_tile(0)), wt = tile2d(v.in_tile(1)), yt = tile2d(v.out_tile(0));
     const T* x = v.in<const T>(0);
-    const T* w = v.in<const T>(1);
-    T* y = v.out<T>(0);
-    float* red = smem<float>(size_t(threadIdx.x / 32) * RED_FLOATS * sizeof(float), RED_FLOATS);
-    if (rows_aligned16(x, xt) && rows_aligned16(w, wt))
-        all_rows<T, true>(x, xt, w, wt, residual, rt, y, yt, red);
-    else
-        all_rows<T, false>(x, xt, w, wt, residual, rt, y, yt, red);
+    linear_rows<T>(x, xt, v.in<const T>(1), wt, residual, rt, v.out<T>(0), yt, linear_detail::PlainX<T>{},
+                   linear_detail::rows_aligned16(x, xt));
 }
 
 // ---- dispatch
