@@ -84,7 +84,9 @@ def test_doctor_exit_status_from_the_command_line(tmp_path):
           f"{proc.stdout}{proc.stderr}")
     problems = [line for line in proc.stdout.splitlines() if line.startswith("PROBLEM")]
     print(f"EVIDENCE exit {proc.returncode}, problems: {problems}")
-    assert proc.returncode == 1 and len(problems) == 1 and "layer 'silu_mul'" in problems[0]
+    # the missing kernel, and every kernel that includes it (silu_mul_linear_with_residual.cuh does)
+    assert proc.returncode == 1 and "layer 'silu_mul'" in problems[0], problems
+    assert all("silu_mul.cuh" in p for p in problems), problems
 
 
 def test_doctor_reports_every_tool_with_a_fix_when_missing(tmp_path, capsys, monkeypatch):
