@@ -23,6 +23,7 @@ from .kernel import (
     KernelRun,
     MPKFootprintError,
     case_params,
+    mutated_kernel,
     run_tasks,
     same_bits,
     strided_view,
@@ -58,8 +59,8 @@ from .tolerances import (
 
 __all__ = [
     "run_pytest_file_as_script",
-    "KernelRun", "MPKFootprintError", "run_tasks", "case_params", "same_bits", "strided_view",
-    "worker_block_dim",
+    "KernelRun", "MPKFootprintError", "mutated_kernel", "run_tasks", "case_params", "same_bits",
+    "strided_view", "worker_block_dim",
     "capture_log", "cpu_config", "run_cases_as_script", "assert_close", "assert_equal",
     "check_layer_outputs", "check_nonvacuous", "check_output", "assert_no_divergence", "first_divergence",
     "last_progress_ns", "nan_note", "tiling_warning", "Comparison", "compare", "digest", "evidence", "say",

@@ -22,12 +22,15 @@ the thread (warp, lane) that last wrote the first bad element.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
-from .. import abi, guard, written
+from .. import abi, build, guard, written
 from ..dtypes import to_dtype
 from ..errors import MPKFootprintError
 from ..graph import Task
@@ -528,3 +531,24 @@ def case_params(rows: list[tuple], quick: tuple | None = None) -> list:
     return [pytest.param(*r, id="-".join(show(v) for v in r[:-1]) + f"-cc{r[-1]}",
                          marks=[pytest.mark.quick] if r == quick else []) for r in rows]
 
+
+
+@contextlib.contextmanager
+def mutated_kernel(tmp_path, kernel: str, old: str, new: str, count: int = 1):
+    """Negative controls: build against a copy of the kernel sources (MPK_CSRC_DIR) in which
+    csrc/tasks/`kernel` has each of the `count` occurrences of `old` replaced by `new`."""
+    copy = os.path.join(str(tmp_path), "csrc")
+    shutil.copytree(build.csrc_dir(), copy)
+    path = os.path.join(copy, "tasks", kernel)
+    text = open(path).read()
+    assert text.count(old) == count, (f"{kernel}: the text this control mutates occurs {text.count(old)} "
+                                      f"times, expected {count} (was the kernel rewritten? update the "
+                                      f"control): {old!r}")
+    open(path, "w").write(text.replace(old, new))
+    before = os.environ.get("MPK_CSRC_DIR")
+    os.environ["MPK_CSRC_DIR"] = copy
+    try:
+        yield
+    finally:
+        os.environ.pop("MPK_CSRC_DIR")
+        os.environ.update({} if before is None else {"MPK_CSRC_DIR": before})

@@ -18,14 +18,12 @@ against the copy through MPK_CSRC_DIR (the cache key hashes the headers):
 
 Run: pytest -s tests/runtime_python/test_mode/test_embedding_controls.py
 """
-import contextlib
 import os
-import shutil
 
 import pytest
 import torch
 
-from mirage.mpk import build, testing
+from mirage.mpk import testing
 from mirage.mpk.errors import MPKFootprintError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,19 +39,8 @@ OFF_BY_ONE = ("v.in<const int64_t>(0)[r * row_stride]", "v.in<const int64_t>(0)[
 NO_VOCAB_BOUND = ("if (id >= 0 && id < wt.rows)", "if (id >= 0)")
 
 
-@contextlib.contextmanager
 def mutated_kernel(tmp_path, old: str, new: str):
-    copy = tmp_path / "csrc"
-    shutil.copytree(build.csrc_dir(), copy)
-    path = copy / "tasks" / "embedding.cuh"
-    text = path.read_text()
-    assert text.count(old) == 1, (f"embedding.cuh: the text this control mutates occurs {text.count(old)} "
-                                  f"times, expected 1 (was the kernel rewritten? update the control): "
-                                  f"{old!r}")
-    path.write_text(text.replace(old, new))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MPK_CSRC_DIR", str(copy))
-        yield
+    return testing.mutated_kernel(tmp_path, "embedding.cuh", old, new)
 
 
 def caught(control: str, e: BaseException) -> str:

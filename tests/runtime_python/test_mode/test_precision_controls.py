@@ -25,15 +25,13 @@ The first tests check the statistic itself on synthetic roundings (no kernel).
 
 Run: pytest tests/runtime_python/test_mode/test_precision_controls.py -s   (-s: the figures)
 """
-import contextlib
 import os
 import re
-import shutil
 
 import pytest
 import torch
 
-from mirage.mpk import build, testing
+from mirage.mpk import testing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LINEAR = testing.load_reference(os.path.join(HERE, "..", "linear", "x.py"), name="test_linear_testmode")
@@ -42,21 +40,7 @@ RMSNORM = testing.load_reference(os.path.join(HERE, "..", "rmsnorm", "x.py"), na
 LINEAR_CASE = (torch.float32, 16, 4096, 128, (8, 2))    # batch, K, N, grid: the linear test's K=4096 case
 
 
-@contextlib.contextmanager
-def mutated_kernels(tmp_path, kernel: str, old: str, new: str, count: int = 1):
-    """Build against a copy of the kernel sources in which csrc/tasks/`kernel` has each of the
-    `count` occurrences of `old` replaced by `new`."""
-    copy = tmp_path / "csrc"
-    shutil.copytree(build.csrc_dir(), copy)
-    path = copy / "tasks" / kernel
-    text = path.read_text()
-    assert text.count(old) == count, (f"{kernel}: the text this control mutates occurs {text.count(old)} "
-                                      f"times, expected {count} (was the kernel rewritten? update the "
-                                      f"control): {old!r}")
-    path.write_text(text.replace(old, new))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MPK_CSRC_DIR", str(copy))
-        yield
+mutated_kernels = testing.mutated_kernel      # (tmp_path, kernel, old, new, count=1)
 
 
 def figures(c: testing.Comparison) -> str:

@@ -15,14 +15,12 @@ through MPK_CSRC_DIR (the cache key hashes the headers):
 
 Run: pytest -s tests/runtime_python/test_mode/test_rmsnorm_linear_controls.py
 """
-import contextlib
 import os
-import shutil
 
 import pytest
 import torch
 
-from mirage.mpk import build, testing
+from mirage.mpk import testing
 from mirage.mpk.errors import MPKFootprintError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,19 +37,8 @@ MEAN_OVER_K_MINUS_1 = ("static_cast<float>(k_len)", "static_cast<float>(k_len - 
 NEXT_W_ROW = ("const T* wr = w + j * wt.row_stride;", "const T* wr = w + (j + 1) * wt.row_stride;")
 
 
-@contextlib.contextmanager
 def mutated_kernel(tmp_path, old: str, new: str):
-    copy = tmp_path / "csrc"
-    shutil.copytree(build.csrc_dir(), copy)
-    path = copy / "tasks" / "rmsnorm_linear.cuh"
-    text = path.read_text()
-    n = text.count(old)
-    assert n == 1, (f"rmsnorm_linear.cuh: the text this control mutates occurs {n} times, expected 1 "
-                    f"(was the kernel rewritten? update the control): {old!r}")
-    path.write_text(text.replace(old, new))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MPK_CSRC_DIR", str(copy))
-        yield
+    return testing.mutated_kernel(tmp_path, "rmsnorm_linear.cuh", old, new)
 
 
 def caught(control: str, e: BaseException) -> str:

@@ -13,14 +13,12 @@ exactly once, or the control fails) and builds against the copy through MPK_CSRC
 
 Run: pytest -s tests/runtime_python/test_mode/test_silu_mul_linear_with_residual_controls.py
 """
-import contextlib
 import os
-import shutil
 
 import pytest
 import torch
 
-from mirage.mpk import build, testing
+from mirage.mpk import testing
 from mirage.mpk.errors import MPKFootprintError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,19 +34,8 @@ NO_RESIDUAL = ("v.iparam(0) != 0 ? v.in<const T>(2) : nullptr", "nullptr")
 UP_PAST_I = ("xs{xt.cols * xt.col_stride}", "xs{(xt.cols + 1) * xt.col_stride}")
 
 
-@contextlib.contextmanager
 def mutated_kernel(tmp_path, old: str, new: str):
-    copy = tmp_path / "csrc"
-    shutil.copytree(build.csrc_dir(), copy)
-    path = copy / "tasks" / f"{STEM}.cuh"
-    text = path.read_text()
-    assert text.count(old) == 1, (f"{STEM}.cuh: the text this control mutates occurs {text.count(old)} "
-                                  f"times, expected 1 (was the kernel rewritten? update the control): "
-                                  f"{old!r}")
-    path.write_text(text.replace(old, new))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MPK_CSRC_DIR", str(copy))
-        yield
+    return testing.mutated_kernel(tmp_path, f"{STEM}.cuh", old, new)
 
 
 def caught(control: str, e: BaseException) -> str:
