@@ -5,9 +5,9 @@
 #pragma once
 #include <stdint.h>
 
-#define MPK_ABI_VERSION 9
+#define MPK_ABI_VERSION 10
 #define MPK_MAX_DIMS 4
-#define MPK_MAX_TILES 8      // inputs + outputs of one task
+#define MPK_MAX_TILES 12     // inputs + outputs of one task (paged attention with its options: 11)
 #define MPK_MAX_TRIGGERS 8   // docs/dependencies.md: more than this and the graph builder coarsens
 #define MPK_NUM_IPARAMS 4
 #define MPK_NUM_FPARAMS 2

@@ -33,6 +33,12 @@ MPK_DEVICE MPK_INLINE float warp_sum(float x) {
     return x;
 }
 
+// Maximum over the 32 lanes of a warp (butterfly: every lane gets it). All 32 lanes call it.
+MPK_DEVICE MPK_INLINE float warp_max(float x) {
+    for (int offset = 16; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(0xFFFFFFFFu, x, offset));
+    return x;
+}
+
 // Sum over the block; every thread gets the total. All threads call it. Uses blockDim.x / 32
 // floats of shared memory at `smem_offset` and two barriers (the second keeps a following call
 // from overwriting the partials before every thread has read them).

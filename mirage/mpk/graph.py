@@ -19,7 +19,7 @@ from itertools import chain, product
 
 from .boxes import Box, BoxIndex, intersect, uncovered, volume
 from .errors import GraphError
-from .layers import NOT_SPLIT, Access, Layer
+from .layers import BY_REQUEST, NOT_SPLIT, Access, Layer
 from .tensor import FUSED, DTensor, map_fused_rows
 
 log = logging.getLogger("mirage.mpk")
@@ -60,8 +60,11 @@ class Task:
 
     @property
     def iparams(self) -> tuple[int, ...]:
-        """The task's integer parameters: the layer's, or (slot, use, uses per pass) of a signal."""
-        return self.signal if self.signal is not None else self.layer.iparams
+        """The task's integer parameters: (slot, use, uses per pass) of a signal, the layer's own per task
+        (Layer.task_iparams), else the layer's."""
+        if self.signal is not None:
+            return self.signal
+        return self.layer.task_iparams(self.coord) if self.layer.task_iparams else self.layer.iparams
 
 
 @dataclass(slots=True)
@@ -195,6 +198,12 @@ def _build(layers: list[Layer]) -> Graph:
     return graph
 
 
+def covered_volume(hits: list[tuple[Box, int]]) -> int:
+    """The volume the hits of one layer cover: its tiles are disjoint but for the identical tiles
+    its tasks along a BY_REQUEST axis share, counted once."""
+    return sum(volume(b) for b in {b for b, _ in hits})
+
+
 def _dependencies(entries: list[_Entry], tile: Tile) -> set[int]:
     deps: set[int] = set()
     for e in reversed(entries):
@@ -203,7 +212,7 @@ def _dependencies(entries: list[_Entry], tile: Tile) -> set[int]:
         hits = e.index.query(tile.box)
         deps.update(tid for _, tid in hits)
         if e.write and e.covering and ((len(hits) == 1 and hits[0][0] == tile.box) or   # one covers it
-                                       sum(volume(b) for b, _ in hits) == volume(tile.box)):
+                                       covered_volume(hits) == volume(tile.box)):
             break                         # this layer overwrote the whole tile: older is ordered
     return deps
 
@@ -217,9 +226,12 @@ def _record(history: dict[int, list[_Entry]], writes: dict[int, list[_Entry]], l
             groups.setdefault((tile.tensor.id, tile.written, covering), []).append((tile.box, task.id))
     # Output tiles of one layer are disjoint by construction: check_splits makes every grid
     # axis > 1 split its own dim of every written output, evenly (outputs are never views).
+    # ... except along a BY_REQUEST axis, whose tasks split the tile at run time (their reads and
+    # writes of it are disjoint too: Layer.live, checked in test mode)
     indexes = {key: BoxIndex(items) for key, items in groups.items()}
+    shared = {a.tensor.id for a in layer.outputs if a.shared == BY_REQUEST}
     for (tid, write, covering), index in indexes.items():
-        if not write and (tid, True, True) in indexes:
+        if not write and (tid, True, True) in indexes and tid not in shared:
             _check_no_cross_task_rw(layer, tasks, index, indexes[(tid, True, True)])
     # Reads are recorded before writes: within a task, reads happen first.
     for (tid, write, covering), index in sorted(indexes.items(), key=lambda kv: kv[0][1]):
@@ -547,5 +559,5 @@ def _check_overwrites_ordered(graph: Graph, deps: dict[int, set[int]], index: _A
                             f"{graph.tasks[late].label} {kind} earlier, but its event {t.event} does not "
                             f"wait for it (missing write-after-{'read' if kind == 'reads' else 'write'} "
                             f"dependency)")
-                if sum(volume(b) for b, _ in written) == volume(tile.box):
+                if covered_volume(written) == volume(tile.box):
                     break

@@ -505,7 +505,7 @@ class PersistentKernel:
         if self.test_mode:
             if passes != 1:
                 raise MPKRuntimeError(f"test mode ran {passes} passes of the graph; expected exactly 1")
-            self._watched.check()
+            self._watched.check(self.meta_tensors)
 
     def _export_trace(self) -> None:
         if self.profile:      # as MPK: after every launch (several ranks: one file each)

@@ -40,8 +40,8 @@ class TaskTable:
         rows["num_inputs"], rows["num_outputs"] = len(first.inputs), len(first.outputs)
         rows["dependent_event"] = np.fromiter((t.event for t in tasks), np.int32, len(tasks))
         rows["fparams"][:, :len(layer.fparams)] = layer.fparams
-        # a signal layer's iparams (slot, use, uses per pass) differ per task; the others' are the layer's
-        iparams = [t.iparams for t in tasks] if layer.signal_role else first.iparams
+        # a signal layer's iparams (slot, use, uses per pass) and Layer.task_iparams differ per task
+        iparams = [t.iparams for t in tasks] if layer.signal_role or layer.task_iparams else first.iparams
         rows["iparams"][:, :len(first.iparams)] = iparams
         rows["num_triggers"] = np.fromiter((len(t.triggers) for t in tasks), np.int32, len(tasks))
         rows["trigger_events"] = [(t.triggers + PAD)[:abi.MAX_TRIGGERS] for t in tasks]

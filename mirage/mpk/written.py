@@ -42,7 +42,10 @@ class Watched:
     """What pk() poisons and then checks, computed once per compiled graph: per pure-output tensor
     the union of its declared output tiles (None: the whole tensor), and the (task, tile) pairs
     that name an unwritten element. Poison and check are whole-tensor operations (two torch calls
-    per tensor, whatever the number of tiles); only a failed check walks the tiles to name them."""
+    per tensor, whatever the number of tiles); only a failed check walks the tiles to name them.
+    A layer with Layer.live writes only part of its tiles, decided by the meta tensors: its whole
+    tiles are poisoned, and after the pass only its tasks' live parts (from the meta tensors as the
+    pass left them) must hold no poison; the rest keeps the poison, as nothing wrote it."""
 
     def __init__(self, graph: Graph):
         targets = poisonable(graph)
@@ -64,6 +67,7 @@ class Watched:
                 mask[_slices(tile.box)] = True
             whole = bool(mask.all())
             self.regions.append((tensor, None if whole else mask.to(tensor.data.device)))
+        self.live = {tile.tensor.id for t, tile in self.tiles if t.layer.live is not None}
 
     def __len__(self) -> int:
         return len(self.tiles)
@@ -76,24 +80,53 @@ class Watched:
             else:
                 bits.masked_fill_(mask, sentinel)
 
-    def check(self) -> None:
-        """Raise MPKUnwrittenError naming every layer tile that still holds poison."""
+    def check(self, meta: dict | None = None) -> None:
+        """Raise MPKUnwrittenError naming every layer tile that still holds poison (of a Layer.live
+        layer: its live part, from `meta`)."""
+        parts = self._live_parts(meta or {}) if self.live else {}
         for tensor, mask in self.regions:
             left = _bits(tensor.data) == SENTINEL[tensor.dtype.itemsize]
+            if tensor.id in self.live:
+                mask = torch.zeros(tensor.dims, dtype=torch.bool, device=tensor.data.device)
+                for (t, tile), part in parts.items():
+                    if tile.tensor is tensor:
+                        mask |= part
             if mask is not None:
                 left &= mask
             if bool(left.any()):
-                _raise_unwritten(self.tiles)
+                _raise_unwritten(self.tiles, parts)
+
+    def _live_parts(self, meta: dict) -> dict:
+        """(task, tile) -> the mask of its elements the pass must have written."""
+        parts, cache = {}, {}
+        for t, tile in self.tiles:
+            if tile.tensor.id not in self.live:
+                continue
+            part = torch.zeros(tile.tensor.dims, dtype=torch.bool, device=tile.tensor.data.device)
+            part[_slices(tile.box)] = True
+            if t.layer.live is not None:
+                key = id(t)
+                if key not in cache:
+                    cache[key] = t.layer.live(meta, t.coord)
+                if tile.role in cache[key]:
+                    part &= cache[key][tile.role].to(part.device)
+            parts[(t, tile)] = part
+        return parts
 
 
-def _raise_unwritten(tiles: list) -> None:
+def _raise_unwritten(tiles: list, parts: dict | None = None) -> None:
     bad = []
     for t, tile in tiles:
-        region = _bits(tile.tensor.data)[_slices(tile.box)]
-        left = int((region == SENTINEL[tile.tensor.dtype.itemsize]).sum())
+        left_all = _bits(tile.tensor.data) == SENTINEL[tile.tensor.dtype.itemsize]
+        part = (parts or {}).get((t, tile))
+        region = left_all[_slices(tile.box)] if part is None else left_all & part
+        size = volume(tile.box) if part is None else int(part.sum())
+        left = int(region.sum())
         if left:
             lo, hi = tile.box
-            bad.append(f"layer '{t.layer.name}' task {t.coord}: {left} of {region.numel()} elements of "
-                       f"'{tile.tensor.name}'[{', '.join(f'{a}:{b}' for a, b in zip(lo, hi))}] unwritten")
+            live = "" if part is None else " (its live part, from the meta tensors)"
+            box = ", ".join(f"{a}:{b}" for a, b in zip(lo, hi))
+            bad.append(f"layer '{t.layer.name}' task {t.coord}: {left} of {size} elements of "
+                       f"'{tile.tensor.name}'[{box}]{live} unwritten")
     shown = "\n  ".join(bad[:20]) + (f"\n  ... and {len(bad) - 20} more tiles" if len(bad) > 20 else "")
     raise MPKUnwrittenError(f"{len(bad)} output tile(s) were not written by the run:\n  {shown}")

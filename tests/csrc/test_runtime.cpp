@@ -953,7 +953,7 @@ static void test_init_rejects() {
         {"END num_triggers", "num_triggers 5 but 1 task triggers", [](Instance& in) { in.built.events[3].num_triggers = 5; }},
         {"no trigger", "num_triggers = 0", [](Instance& in) { in.built.tasks[2].num_triggers = 0; }},
         {"too many triggers", "num_triggers = 9", [](Instance& in) { in.built.tasks[2].num_triggers = 9; }},
-        {"too many tiles", "at most 8 tiles", [](Instance& in) { in.built.tasks[2].num_inputs = 8; }},
+        {"too many tiles", "at most 12 tiles", [](Instance& in) { in.built.tasks[2].num_inputs = MPK_MAX_TILES; }},
         {"tile tensor", "tensor 5 outside [0, 2)", [](Instance& in) { in.built.tasks[2].tiles[0].tensor = 5; }},
         {"null tensor", "tensor_ptrs[1] is NULL", [](Instance& in) { in.tensors[1] = nullptr; }},
         {"null meta", "meta tensor step is NULL", [](Instance& in) { in.meta_view.step = nullptr; }},

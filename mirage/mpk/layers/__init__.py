@@ -22,6 +22,10 @@ from ..tensor import FUSED, DTensor, group_chunks
 
 NOT_SPLIT = -1
 AXES = "xyz"
+# Access.shared: tasks along a grid axis that does not split this output share its tile, each writing
+# only the part of its request, which the meta tensors decide at run time (paged attention: grid.x is
+# the request, qo_indptr_buffer its rows). Layer.live names each task's part; test mode checks it.
+BY_REQUEST = "by_request"
 # Non-vacuity checks a layer may declare for its outputs (mirage.mpk.testing runs them).
 FINITE, NONZERO, DIFFERS_FROM_INPUT = "finite", "nonzero", "differs_from_input"
 DEFAULT_CHECKS = (FINITE, NONZERO, DIFFERS_FROM_INPUT)
@@ -34,6 +38,7 @@ class Access:
     tensor: DTensor
     pmap: tuple[int, int, int] = (NOT_SPLIT, NOT_SPLIT, NOT_SPLIT)
     written: bool = True      # outputs only: False for dummy outputs a task never touches
+    shared: str | None = None  # outputs only: BY_REQUEST, or None (every grid axis > 1 splits it)
 
 
 @dataclass
@@ -60,6 +65,17 @@ class Layer:
     # (each task reads its own tile whole before storing it). Any other sharing is refused
     # (check_aliasing). An in-place output is not poisoned, so not checked for unwritten elements.
     inplace: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Per-task iparams (coord -> ints), for a layer whose tasks differ in more than their tiles (the
+    # request a paged-attention task serves); None: every task gets `iparams`.
+    task_iparams: Callable[[tuple[int, int, int]], tuple[int, ...]] | None = None
+    # The part of its tiles a task really touches, decided by the meta tensors (qo_indptr_buffer,
+    # paged_kv_*): live(meta, coord) -> {role: bool mask shaped like the role's whole tensor}. Inputs: the
+    # elements it may read; outputs: the elements it writes, every one. Roles left out: the whole tile.
+    # A kernel-level run loads only the live input elements and checks writes against the live outputs;
+    # test mode checks every live output element was written. It may read only the batch layout
+    # (qo_indptr_buffer, paged_kv_*_buffer, num_new_tokens), which a test-mode pass leaves as its tasks
+    # saw it.
+    live: Callable[[dict, tuple[int, int, int]], dict] | None = None
 
     @property
     def cpp_function(self) -> str:
@@ -239,7 +255,7 @@ def check_splits(layer: str, grid: tuple[int, int, int], inputs: list[Access],
         if t.kind == FUSED:
             _check_fused_tiles(layer, acc, next((grid[a] for a, d in enumerate(acc.pmap) if d == 0), 1))
     for acc in outputs:
-        if not acc.written:
+        if not acc.written or acc.shared == BY_REQUEST:
             continue
         for a in range(3):
             if grid[a] > 1 and acc.pmap[a] == NOT_SPLIT:

@@ -200,6 +200,7 @@ class _Harness:
         self.buffers = [SpanBuffer(t.data, guarded.get(t.id)) for t in self.table]
         self.pointers = [b.pointer for b in self.buffers]
         self.runtime = pk._runtime
+        self.live: dict[int, dict] = {}      # task id -> Layer.live's masks
 
     # ---- images
 
@@ -213,12 +214,27 @@ class _Harness:
             writable = torch.zeros(b.span, dtype=torch.bool, device=b.slots.device)
             for tile in task.inputs:
                 if tile.tensor is t:
-                    view[_slices(tile.box)] = t.data[_slices(tile.box)]
+                    part = self.part(task, tile)
+                    view[part] = t.data[part]
             for tile in task.outputs:
                 if self.writes(tile) and tile.tensor is t:
-                    writable[b.offsets[_slices(tile.box)].flatten()] = True
+                    writable[b.offsets[self.part(task, tile)].flatten()] = True
             images.append(_Image(slots, RED_FILL[k], writable))
         return images
+
+    def part(self, task: Task, tile):
+        """What of `tile` the task touches: its box, or (Layer.live) a mask of the live elements in it,
+        from the meta tensors as given (a kernel-level run has no meta pass)."""
+        if self.layer.live is None:
+            return _slices(tile.box)
+        if task.id not in self.live:
+            self.live[task.id] = self.layer.live(self.pk.meta_tensors, task.coord)
+        mask = self.live[task.id].get(tile.role)
+        if mask is None:
+            return _slices(tile.box)
+        inside = torch.zeros(tile.tensor.dims, dtype=torch.bool)
+        inside[_slices(tile.box)] = True
+        return (inside & mask.cpu()).to(tile.tensor.data.device)
 
     def writes(self, tile) -> bool:
         """Whether the task writes all of `tile`: a declared output tile, or its tile of the staging
@@ -482,8 +498,9 @@ def _collect(h: _Harness, layer: Layer, tasks: list[Task], results: dict, dts: d
             got = results[task.id][i].view(t.data.dtype).as_strided(b.shape, b.strides, b.lead)
             for tile in task.outputs:
                 if tile.declared and tile.tensor is t:
-                    out[_slices(tile.box)] = got[_slices(tile.box)]
-                    cover[_slices(tile.box)] = True
+                    part = h.part(task, tile)
+                    out[part] = got[part]
+                    cover[part] = True
         if t.kind == ATTACHED:
             dts[t.name].data[cover] = out[cover]
         outputs[t.name], covered[t.name] = out, cover

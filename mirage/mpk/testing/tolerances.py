@@ -43,6 +43,21 @@ so layernorm's second reduction is a positive one, like rmsnorm's. Per reduction
     apply to |y - b|, not to |y| = |ref|, so where b cancels y the bound is too tight; such a layer
     needs its own `scale` term (|y - b| times those ops), not this helper.
 
+Attention (tol_attention): o = sum_j p_j v_j / sum_j p_j with p_j = exp(s_j - max), s_j = q . k_j / sqrt(D),
+in fp32 (csrc/tasks/paged_attention.cuh). Two error sources, each a `tolerance` term:
+    the weighted sums: the numerator over n keys and the denominator (relative to itself, so to o)
+               are recursive sums of terms <= p_j |v_j|: (2 n + n / 32 + 4) fp32 roundings (the
+               online softmax rescales both once per block of 32 keys) of value_scale =
+               sum_j p_j |v_j| / sum_j p_j, plus the output rounding u_out |o| and a few ops in rtol;
+    the scores: each s_j is off by at most eps_s * sigma_j, sigma_j = 2 |q|_2 |k_j|_2 / sqrt(D) (which
+               bounds sum_d |q_d| (|k_d| + |k_d'|), the dot product's and RoPE's error scales; d' is d's
+               RoPE partner), eps_s = u_in (a new key rounded to the cache's dtype) + (2 D + 21) u32 (the
+               dot product over D, q's and k's norms (D / 2 + 6 each, tol_normalization) and RoPE (2
+               each), the exp2 argument); o's derivative d o / d s_j = p_j (v_j - o) / sum p turns that
+               into score_scale = max_j sigma_j * sum_j p_j |v_j - o| / sum_j p_j.
+    A key rounded once more or a softmax without its max subtracted stays inside; a wrong page, a
+    missing causal mask or a wrong position moves o by the size of v itself.
+
 These are worst-case bounds, not fitted thresholds: a missed tile, a wrong column or a
 dropped dependency produces errors of the size of |ref| itself, far outside them in fp32.
 For bf16/fp16 chains the tight check is per layer (each layer's reference applied to the
@@ -175,3 +190,22 @@ def tol_rmsnorm_linear(dtype: DType | torch.dtype, hidden: int, scale: torch.Ten
     linear's (hidden + 1) u32 scale and its output rounding: as input_rounding = dtype and hidden / 2 + 6 more
     terms of k (csrc/tasks/rmsnorm_linear.cuh)."""
     return tolerance(dtype, k=hidden + (hidden + 1) // 2 + 6, scale=scale, ops=2, input_rounding=dtype)
+
+
+def tol_attention(dtype: DType | torch.dtype, head_dim: int, keys: int, value_scale: torch.Tensor,
+                  score_scale: torch.Tensor) -> Tolerance:
+    """Attention's output (module doc, "Attention"): the weighted sums' term over `keys` keys plus the
+    scores' term; both scales per output element from the reference's probabilities."""
+    sums = tolerance(dtype, k=2 * keys + keys // 32 + 4, scale=value_scale, ops=4)
+    scores = tolerance(dtype, k=2 * head_dim + 20, scale=score_scale, ops=0, input_rounding=dtype)
+    floor = _TINY[to_dtype(dtype).torch] / 2
+    return Tolerance(sums.atol + scores.atol - floor, sums.rtol, f"attention over {keys} keys: {sums.why}; "
+                     f"scores: {scores.why}", sums.var_abs + scores.var_abs - floor**2 / 3, sums.var_rel)
+
+
+def tol_qk_norm_rope(dtype: DType | torch.dtype, head_dim: int, scale: torch.Tensor) -> Tolerance:
+    """A key as attention stores it: RMSNorm over head_dim (relative error (head_dim / 2 + 6) u32,
+    tol_normalization) then RoPE's a cos - b sin (3 ops), whose error is relative to scale = |n_a cos| +
+    |n_b sin| (|n| without RoPE), not to the result, which may cancel; then rounded once to dtype."""
+    return tolerance(dtype, k=head_dim // 2 + 9, scale=scale, ops=0)
+
