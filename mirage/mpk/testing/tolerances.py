@@ -193,11 +193,14 @@ def tol_rmsnorm_linear(dtype: DType | torch.dtype, hidden: int, scale: torch.Ten
 
 
 def tol_attention(dtype: DType | torch.dtype, head_dim: int, keys: int, value_scale: torch.Tensor,
-                  score_scale: torch.Tensor) -> Tolerance:
+                  score_scale: torch.Tensor, score_var: torch.Tensor | None = None) -> Tolerance:
     """Attention's output (module doc, "Attention"): the weighted sums' term over `keys` keys plus the
-    scores' term; both scales per output element from the reference's probabilities."""
+    scores' term; both scales per output element from the reference's probabilities. score_var: the
+    statistical model's sum_j (p_j (v_j - o))^2 sum_d (q_d k_jd)^2 / D (independent key roundings;
+    tolerance's scale2), default score_scale^2, which bounds it."""
     sums = tolerance(dtype, k=2 * keys + keys // 32 + 4, scale=value_scale, ops=4)
-    scores = tolerance(dtype, k=2 * head_dim + 20, scale=score_scale, ops=0, input_rounding=dtype)
+    scores = tolerance(dtype, k=2 * head_dim + 20, scale=score_scale, ops=0, input_rounding=dtype,
+                       scale2=score_var)
     floor = _TINY[to_dtype(dtype).torch] / 2
     return Tolerance(sums.atol + scores.atol - floor, sums.rtol, f"attention over {keys} keys: {sums.why}; "
                      f"scores: {scores.why}", sums.var_abs + scores.var_abs - floor**2 / 3, sums.var_rel)

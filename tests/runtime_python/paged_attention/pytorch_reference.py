@@ -53,7 +53,7 @@ def attention(qkv, k_cache, v_cache, meta, q_heads, q_norm=None, k_norm=None, co
     """The layer's outputs in float64 from the caches as given (before the layer wrote them):
     {"out": [rows, Hq D] (rows outside every request: 0), "rows": bool [rows], "k_new"/"v_new"/"k_scale":
     per request (r, positions, [T, Hkv, D]) of what goes into the cache, "value_scale"/"score_scale": the
-    tolerance's scales per output element, "keys": the most keys a row attends, "lse": [rows, Hq]
+    tolerance's scales per output element ("score_var": the scores' rounding variance, scale2), "keys": the most keys a row attends, "lse": [rows, Hq]
     log2-sum-exp}.
     key_range: (lo, hi) restricts the keys to positions [lo, hi) (one split-KV chunk); a row with no key then
     gets out 0 and lse -inf."""
@@ -62,7 +62,7 @@ def attention(qkv, k_cache, v_cache, meta, q_heads, q_norm=None, k_norm=None, co
     g = q_heads // hkv
     out = torch.zeros(rows, q_heads * d, dtype=torch.float64)
     lse = torch.full((rows, q_heads), -math.inf, dtype=torch.float64)
-    value_scale, score_scale = torch.zeros_like(out), torch.zeros_like(out)
+    value_scale, score_scale, score_var = torch.zeros_like(out), torch.zeros_like(out), torch.zeros_like(out)
     active = torch.zeros(rows, dtype=torch.bool)
     new, most = [], 0
     for r, first, t, s, pages in batch_layout(meta, k_cache.shape[1]):
@@ -92,15 +92,20 @@ def attention(qkv, k_cache, v_cache, meta, q_heads, q_norm=None, k_norm=None, co
         vs = torch.einsum("hts,shd->thd", prob, values.abs())
         spread = (values.permute(1, 0, 2)[:, None] - o.permute(1, 0, 2)[:, :, None]).abs()     # [Hq, T, S, D]
         ss = torch.einsum("hts,htsd->thd", prob, spread)
+        # independent roundings of the keys: var(ds_j) <= sum_d (q_d k_jd)^2 / D * u^2 / 3, reaching o times
+        # p_j (v_j - o): tolerance's scale2 for the scores' rounding term
+        qk2 = torch.einsum("thd,shd->hts", q * q, keys * keys) / d
+        sv2 = torch.einsum("hts,htsd->thd", prob * prob * torch.where(allowed, qk2, 0.0), spread * spread)
         out[first:first + t] = o.reshape(t, -1)
         value_scale[first:first + t] = vs.reshape(t, -1)
         score_scale[first:first + t] = (ss * sig_max.T[:, :, None]).reshape(t, -1)
+        score_var[first:first + t] = sv2.reshape(t, -1)
         log_total = torch.log(total[..., 0].clamp_min(1e-300))
         lse[first:first + t] = torch.where(has[..., 0], (m[..., 0] + log_total) / math.log(2), -math.inf).T
         active[first:first + t] = True
         most = max(most, int(allowed.sum(-1).max()))
     return {"out": out, "rows": active, "new": new, "value_scale": value_scale, "score_scale": score_scale,
-            "keys": most, "lse": lse}
+            "score_var": score_var, "keys": most, "lse": lse}
 
 
 def write_cache(k_cache, v_cache, meta, new):
@@ -115,3 +120,52 @@ def write_cache(k_cache, v_cache, meta, new):
             kc[page, slot], vc[page, slot], ks[page, slot] = k[i], v[i], k_scale[i]
             written[page, slot] = True
     return kc, vc, ks, written
+
+
+# ---- test inputs (not maths: the batches and tables the tests feed the layer)
+
+def rope_tables(positions: int, head_dim: int, dtype: torch.dtype, base: float = 10000.0):
+    """Hugging Face's default RoPE tables [positions, head_dim] (cos, sin), halves repeated, in dtype."""
+    inv = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.arange(positions, dtype=torch.float64)[:, None] * inv[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def batch_meta(new: list[int], cached: list[int], page_size: int, num_pages: int, slots: int,
+               gen: torch.Generator, permute: bool = True) -> dict:
+    """A batch layout as prepare_next_batch writes it, by hand: request slot s has new[s] tokens after
+    cached[s] ones, in ceil((cached + new) / page_size) pages drawn from a random permutation of the pages
+    (vLLM's tests use random block tables), so a kernel assuming contiguous pages fails; slots past
+    len(new) are empty. Raises when the pages do not suffice."""
+    order = torch.randperm(num_pages, generator=gen).tolist() if permute else list(range(num_pages))
+    qo, kv, indices, last = [0], [0], [], []
+    for t, c in zip(new, cached):
+        n = -(-(t + c) // page_size)
+        if n > len(order):
+            raise ValueError(f"batch_meta: {t + c} tokens need {n} pages of {page_size}; {len(order)} left")
+        indices += [order.pop(0) for _ in range(n)]
+        qo.append(qo[-1] + t)
+        kv.append(kv[-1] + n)
+        last.append(t + c - (n - 1) * page_size)
+    for _ in range(slots - len(new)):
+        qo.append(qo[-1])
+        kv.append(kv[-1])
+        last.append(0)
+    i32 = dict(dtype=torch.int32)
+    return {"qo_indptr_buffer": torch.tensor(qo, **i32), "paged_kv_indptr_buffer": torch.tensor(kv, **i32),
+            "paged_kv_indices_buffer": torch.tensor(indices + [0] * (num_pages - len(indices)), **i32),
+            "paged_kv_last_page_len_buffer": torch.tensor(last, **i32)}
+
+
+def poison_outside(cache: torch.Tensor, meta: dict, gen: torch.Generator, nan: bool = True) -> torch.Tensor:
+    """The cache with every slot that holds no cached token of a request (unowned pages, a last page's tail,
+    the new tokens' slots the layer writes) set to NaN (nan) or noise of std 100: any read outside a request's
+    cached range shows in its output."""
+    keep = torch.zeros(cache.shape[:2], dtype=torch.bool)
+    for _, _, t, s, pages in batch_layout(meta, cache.shape[1]):
+        for p in range(s - t):
+            keep[pages[p // cache.shape[1]], p % cache.shape[1]] = True
+    bad = torch.full_like(cache, float("nan")) if nan else (
+        torch.randn(cache.shape, generator=gen, dtype=torch.float64) * 100).to(cache.dtype)
+    return torch.where(keep[:, :, None, None], cache, bad)
