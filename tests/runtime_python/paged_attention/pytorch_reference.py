@@ -51,11 +51,11 @@ def walk(cache: torch.Tensor, pages: list[int], length: int) -> torch.Tensor:
 def attention(qkv, k_cache, v_cache, meta, q_heads, q_norm=None, k_norm=None, cos=None, sin=None, eps=1e-6,
               key_range=None):
     """The layer's outputs in float64 from the caches as given (before the layer wrote them):
-    {"out": [rows, Hq D] (rows outside every request: 0), "rows": bool [rows], "k_new"/"v_new"/"k_scale":
-    per request (r, positions, [T, Hkv, D]) of what goes into the cache, "value_scale"/"score_scale": the
-    tolerance's scales per output element ("score_var": the scores' rounding variance, scale2), "keys": the most keys a row attends, "lse": [rows, Hq]
-    log2-sum-exp}.
-    key_range: (lo, hi) restricts the keys to positions [lo, hi) (one split-KV chunk); a row with no key then
+    {"out": [rows, Hq D] (rows outside every request: 0), "rows": bool [rows], "new": per request (r,
+    positions, k, v, k_scale) of what goes into its slots ([T, Hkv, D]; k_scale: tol_qk_norm_rope's scale),
+    "value_scale" / "score_scale" / "score_var": tol_attention's scales per output element, "keys": the most
+    keys a row attends, "lse": [rows, Hq] log2-sum-exp}. key_range: (lo, hi) restricts the keys to
+    positions [lo, hi) (one split-KV chunk); a row with no key then
     gets out 0 and lse -inf."""
     rows, width = qkv.shape
     hkv, d = k_cache.shape[2], k_cache.shape[3]

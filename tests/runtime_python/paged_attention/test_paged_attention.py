@@ -26,8 +26,8 @@ NORM, ROPE = 1, 2
 # (dtype, q heads, KV heads, head_dim, page_size, new tokens per request, cached tokens, options, empty slots)
 CASES = [
     (torch.bfloat16, 8, 2, 64, 16, (7,), (0,), NORM | ROPE, 0),            # one request, a prefill
-    (torch.bfloat16, 8, 2, 64, 16, (5, 3, 9, 1), (11, 0, 30, 40), NORM | ROPE, 1),   # four, mixed; 1 empty slot
-    (torch.float32, 4, 4, 64, 1, (3, 2), (5, 9), NORM | ROPE, 0),          # MHA (ratio 1), page size 1
+    (torch.bfloat16, 8, 2, 64, 16, (5, 3, 9, 1), (11, 0, 30, 40), NORM | ROPE, 1),   # 4 mixed, 1 empty
+    (torch.float32, 4, 4, 64, 1, (3, 2), (5, 9), NORM | ROPE, 0),          # MHA (ratio 1), pages of 1
     (torch.float16, 16, 2, 128, 64, (4, 1), (70, 130), NORM | ROPE, 0),     # ratio 8, head_dim 128, 64-slot pages
     (torch.bfloat16, 8, 2, 128, 16, (1, 1, 1), (37, 100, 15), NORM | ROPE, 0),    # a decode step
     (torch.float32, 8, 2, 64, 16, (6, 2), (10, 21), ROPE, 0),                # RoPE without the norms
@@ -67,8 +67,8 @@ def inputs(dtype, hq, hkv, d, ps, new, cached, opts, empty, gen, nan=True):
 
 
 def call(pk, t, hkv, slots, target_cc):
-    pk.paged_attention_layer(input=t["qkv"], k_cache=t["k_cache"], v_cache=t["v_cache"], q_norm=t.get("q_norm"),
-                             k_norm=t.get("k_norm"), cos_pos_embed=t.get("cos"), sin_pos_embed=t.get("sin"),
+    pk.paged_attention_layer(input=t["qkv"], k_cache=t["k_cache"], v_cache=t["v_cache"],
+                             q_norm=t.get("q_norm"), k_norm=t.get("k_norm"), cos_pos_embed=t.get("cos"), sin_pos_embed=t.get("sin"),
                              output=t["out"], grid_dim=(slots, hkv, 1), block_dim=block_dim(target_cc))
 
 
@@ -91,8 +91,8 @@ def run_case(dtype, hq, hkv, d, ps, new, cached, opts, empty, target_cc):
     slots = len(new) + empty
     run = testing.run_tasks(lambda pk, dt: call(pk, dt, hkv, slots, target_cc), t, target_cc=target_cc,
                             params=params)
-    expect = ref.attention(before["qkv"], before["k_cache"], before["v_cache"], meta, hq, t.get("q_norm"),
-                           t.get("k_norm"), t.get("cos"), t.get("sin"))
+    expect = ref.attention(before["qkv"], before["k_cache"], before["v_cache"], meta, hq,
+                           t.get("q_norm"), t.get("k_norm"), t.get("cos"), t.get("sin"))
     assert bool(run.covered["out"].any(-1).eq(expect["rows"]).all()), "the tasks' live rows are not the batch's"
     tol = testing.tol_attention(dtype, d, expect["keys"], expect["value_scale"], expect["score_scale"],
                                 expect["score_var"])
@@ -101,8 +101,8 @@ def run_case(dtype, hq, hkv, d, ps, new, cached, opts, empty, target_cc):
     return run
 
 
-PARAMS = [pytest.param(c, cc, id=f"{case_id(c)}-cc{cc}", marks=[pytest.mark.quick] if (c, cc) == QUICK else [])
-          for c in CASES for cc in TARGETS]
+PARAMS = [pytest.param(c, cc, id=f"{case_id(c)}-cc{cc}",
+                       marks=[pytest.mark.quick] if (c, cc) == QUICK else []) for c in CASES for cc in TARGETS]
 
 
 @pytest.mark.parametrize("case,target_cc", PARAMS)
@@ -128,9 +128,9 @@ def test_paged_attention_refuses_bad_arguments():
         (dict(k_cache=bad_d, v_cache=bad_d_v, input=qkv96, output=z(8, 8 * 96)),
          r"head_dim 96 .* the kernel takes head_dim 64, 128, 256"),
         (dict(output=out7), r"7 query heads for 2 KV heads .* positive multiple"),
-        (dict(input=qkv_f), r"tensor 't3' \(output\) has dtype bfloat16, expected float32"),
+        (dict(input=qkv_f), r"'t3' \(output\) has dtype bfloat16, expected float32"),
         (dict(k_cache=kc_pages), r"dim 0 is 3, expected 4"),
-        (dict(grid_dim=(1, 2, 1)), r"grid_dim must be \(max_num_batched_requests, num_kv_heads, \.\.\.\) = \(2, 2"),
+        (dict(grid_dim=(1, 2, 1)), r"must be \(max_num_batched_requests, num_kv_heads, \.\.\.\) = \(2, 2"),
         (dict(k_norm=None), r"q_norm and k_norm are given together or both None"),
         (dict(cos_pos_embed=short_cos, sin_pos_embed=short_cos), r"32 positions, fewer than max_seq_length=64"),
         (dict(grid_dim=(2, 2, 2)), r"grid_dim.z must be 1"),
