@@ -28,7 +28,7 @@ CASES = [
     (torch.bfloat16, 8, 2, 64, 16, (7,), (0,), NORM | ROPE, 0),            # one request, a prefill
     (torch.bfloat16, 8, 2, 64, 16, (5, 3, 9, 1), (11, 0, 30, 40), NORM | ROPE, 1),   # 4 mixed, 1 empty
     (torch.float32, 4, 4, 64, 1, (3, 2), (5, 9), NORM | ROPE, 0),          # MHA (ratio 1), pages of 1
-    (torch.float16, 16, 2, 128, 64, (4, 1), (70, 130), NORM | ROPE, 0),     # ratio 8, head_dim 128, 64-slot pages
+    (torch.float16, 16, 2, 128, 64, (4, 1), (70, 130), NORM | ROPE, 0),     # GQA 8, d 128, pages of 64
     (torch.bfloat16, 8, 2, 128, 16, (1, 1, 1), (37, 100, 15), NORM | ROPE, 0),    # a decode step
     (torch.float32, 8, 2, 64, 16, (6, 2), (10, 21), ROPE, 0),                # RoPE without the norms
     (torch.bfloat16, 8, 2, 64, 16, (6, 2), (10, 21), NORM, 0),               # the norms without RoPE
@@ -68,7 +68,8 @@ def inputs(dtype, hq, hkv, d, ps, new, cached, opts, empty, gen, nan=True):
 
 def call(pk, t, hkv, slots, target_cc):
     pk.paged_attention_layer(input=t["qkv"], k_cache=t["k_cache"], v_cache=t["v_cache"],
-                             q_norm=t.get("q_norm"), k_norm=t.get("k_norm"), cos_pos_embed=t.get("cos"), sin_pos_embed=t.get("sin"),
+                             q_norm=t.get("q_norm"), k_norm=t.get("k_norm"), cos_pos_embed=t.get("cos"),
+                             sin_pos_embed=t.get("sin"),
                              output=t["out"], grid_dim=(slots, hkv, 1), block_dim=block_dim(target_cc))
 
 
@@ -93,7 +94,7 @@ def run_case(dtype, hq, hkv, d, ps, new, cached, opts, empty, target_cc):
                             params=params)
     expect = ref.attention(before["qkv"], before["k_cache"], before["v_cache"], meta, hq,
                            t.get("q_norm"), t.get("k_norm"), t.get("cos"), t.get("sin"))
-    assert bool(run.covered["out"].any(-1).eq(expect["rows"]).all()), "the tasks' live rows are not the batch's"
+    assert bool(run.covered["out"].any(-1).eq(expect["rows"]).all()), "the live rows are not the batch's"
     tol = testing.tol_attention(dtype, d, expect["keys"], expect["value_scale"], expect["score_scale"],
                                 expect["score_var"])
     run.check("out", expect["out"], tol, checks=run.layer.checks)
@@ -102,7 +103,8 @@ def run_case(dtype, hq, hkv, d, ps, new, cached, opts, empty, target_cc):
 
 
 PARAMS = [pytest.param(c, cc, id=f"{case_id(c)}-cc{cc}",
-                       marks=[pytest.mark.quick] if (c, cc) == QUICK else []) for c in CASES for cc in TARGETS]
+                       marks=[pytest.mark.quick] if (c, cc) == QUICK else [])
+          for c in CASES for cc in TARGETS]
 
 
 @pytest.mark.parametrize("case,target_cc", PARAMS)
@@ -132,7 +134,7 @@ def test_paged_attention_refuses_bad_arguments():
         (dict(k_cache=kc_pages), r"dim 0 is 3, expected 4"),
         (dict(grid_dim=(1, 2, 1)), r"must be \(max_num_batched_requests, num_kv_heads, \.\.\.\) = \(2, 2"),
         (dict(k_norm=None), r"q_norm and k_norm are given together or both None"),
-        (dict(cos_pos_embed=short_cos, sin_pos_embed=short_cos), r"32 positions, fewer than max_seq_length=64"),
+        (dict(cos_pos_embed=short_cos, sin_pos_embed=short_cos), r"32 positions, fewer than max_seq_length"),
         (dict(grid_dim=(2, 2, 2)), r"grid_dim.z must be 1"),
     ]
     for change, message in cases:
