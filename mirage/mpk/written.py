@@ -88,16 +88,16 @@ class Watched:
             left = _bits(tensor.data) == SENTINEL[tensor.dtype.itemsize]
             if tensor.id in self.live:
                 mask = torch.zeros(tensor.dims, dtype=torch.bool, device=tensor.data.device)
-                for (t, tile), part in parts.items():
-                    if tile.tensor is tensor:
-                        mask |= part
+                for t, tile in self.tiles:
+                    if tile.tensor is tensor and (id(t), id(tile)) in parts:
+                        mask |= parts[(id(t), id(tile))]
             if mask is not None:
                 left &= mask
             if bool(left.any()):
                 _raise_unwritten(self.tiles, parts)
 
     def _live_parts(self, meta: dict) -> dict:
-        """(task, tile) -> the mask of its elements the pass must have written."""
+        """(id(task), id(tile)) -> the mask of its elements the pass must have written."""
         parts, cache = {}, {}
         for t, tile in self.tiles:
             if tile.tensor.id not in self.live:
@@ -110,7 +110,7 @@ class Watched:
                     cache[key] = t.layer.live(meta, t.coord)
                 if tile.role in cache[key]:
                     part &= cache[key][tile.role].to(part.device)
-            parts[(t, tile)] = part
+            parts[(id(t), id(tile))] = part
         return parts
 
 
@@ -118,7 +118,7 @@ def _raise_unwritten(tiles: list, parts: dict | None = None) -> None:
     bad = []
     for t, tile in tiles:
         left_all = _bits(tile.tensor.data) == SENTINEL[tile.tensor.dtype.itemsize]
-        part = (parts or {}).get((t, tile))
+        part = (parts or {}).get((id(t), id(tile)))
         region = left_all[_slices(tile.box)] if part is None else left_all & part
         size = volume(tile.box) if part is None else int(part.sum())
         left = int(region.sum())
