@@ -9,7 +9,7 @@
 //   S = (pages - 1) * page_size + last_page_len[r] tokens in them, cached + new: new token i sits at
 //   absolute position S - T + i, in page pages[pos / page_size], slot pos % page_size.
 // Per task (request r, KV head h: the tiles below are h's columns):
-//   1. each new token's K: optional RMSNorm over head_dim (k_norm, eps = fparam(0)) then optional
+//   1. each new token's K: optional RMSNorm over head_dim (k_norm, eps ATTN_EPS) then optional
 //      rotate-half RoPE at its absolute position (cos/sin rows pos); K and V stored into its cache slot;
 //   2. __syncthreads (the stores are the block's: visible to its threads after the barrier);
 //   3. each (token i, query head g) pair: q normed and roped the same way (q_norm), then softmax over
@@ -33,6 +33,9 @@
 #include "common.cuh"
 
 namespace mpk {
+
+// The q/k RMSNorm epsilon: MPK's kernels fix it at 1e-6 and its layer takes no eps (layers/paged_attention.py EPS).
+constexpr float ATTN_EPS = 1e-6f;
 
 // ---- the request's part of the batch (meta tensors)
 struct AttnRequest {
@@ -123,7 +126,7 @@ template <typename T> MPK_DEVICE MPK_INLINE AttnOptions<T> attn_options(const Ta
         o.sin_stride = v.in_tile(next).strides[0];
         o.sin = v.in<const T>(next++);
     }
-    o.eps = static_cast<float>(v.fparam(0));
+    o.eps = ATTN_EPS;
     return o;
 }
 

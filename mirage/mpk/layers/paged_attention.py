@@ -25,7 +25,7 @@ TASK_TYPE = 116          # MPK's TASK_PAGED_ATTENTION_1
 # their output columns; norms and RoPE tables whole.
 TP = "heads"
 HEAD_DIMS = (64, 128, 256)   # the kernel's lane layout: D / 32 elements per lane, RoPE pairs in one lane
-EPS = 1e-6                   # MPK's q/k norm epsilon (its kernels take 1e-6)
+EPS = 1e-6                   # MPK's q/k norm epsilon, fixed in its kernels and in ours (ATTN_EPS)
 QK_NORM, ROPE = 1, 2         # iparam(1) flags
 
 
@@ -124,7 +124,7 @@ def paged_attention_layer(pk, name: str, input, k_cache, v_cache, q_norm, k_norm
         row, read, wrote = live_parts(meta, coord[0], page_size, kc.dims, x.dims[0])
         return {"input": row[:, None], "output": row[:, None], "k_cache": read, "v_cache": read,
                 "k_cache_out": wrote, "v_cache_out": wrote}
-    return Layer(name, "paged_attention", grid, inputs, outputs, (x.dtype,), fparams=(EPS,),
+    return Layer(name, "paged_attention", grid, inputs, outputs, (x.dtype,),
                  checks=(FINITE, NONZERO), task_iparams=lambda c: (c[0], flags, max_seq, 0), live=live,
                  inplace={"k_cache_out": ("k_cache",), "v_cache_out": ("v_cache",)},
                  params={"q_heads": g * hkv, "kv_heads": hkv, "head_dim": d, "qk_norm": bool(flags & QK_NORM),

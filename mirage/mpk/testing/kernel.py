@@ -318,40 +318,48 @@ class _Harness:
                 f"lane {thread % 32}) in a re-run that watched it")
 
     def find_read(self, task: Task, images: tuple[list[_Image], list[_Image]],
-                  reference: list[torch.Tensor]) -> str:
+                  reference: list[torch.Tensor], reference2: list[torch.Tensor]) -> str:
         """What the result depends on that the task should not read, as the message's tail: shared memory
         no thread wrote (the second run's other shared-memory fill alone changes it), else the element
-        outside the input tiles found by bisecting the slots whose two poisons differ (switching a
-        subset to the second poison), else a tensor's red zones."""
+        outside the input tiles found by bisecting the slots whose two poisons differ, else a tensor's red
+        zones. The bisection first switches subsets of the second (finite) poison's image to the first
+        (NaN) poison, against the second run's outputs: a NaN read anywhere in the subset shows, which
+        the other direction misses when the rest of the image's NaNs reach the output anyway; then, for a
+        kernel whose arithmetic drops NaNs (fmaxf), the other direction against the first run's."""
         first, second = images
         candidates = [(i, (a.slots != c.slots).nonzero().flatten())
                       for i, (a, c) in enumerate(zip(first, second))]
 
-        def differs(choice: list[tuple[int, torch.Tensor]], red: int = -1, smem: int = SMEM_FILL[0]) -> bool:
-            mixed = [_Image(im.slots.clone(), second[i].red if i == red else im.red, im.writable)
-                     for i, im in enumerate(first)]
+        def differs(choice: list[tuple[int, torch.Tensor]], red: int = -1, smem: int = SMEM_FILL[0],
+                    base: int = 0) -> bool:
+            start, other = (first, second) if base == 0 else (second, first)
+            mixed = [_Image(im.slots.clone(), other[i].red if i == red else im.red, im.writable)
+                     for i, im in enumerate(start)]
             for i, slots in choice:
-                mixed[i].slots[slots] = second[i].slots[slots]
-            self.run(task, mixed, self.task_seed(task, 0), smem=smem)
+                mixed[i].slots[slots] = other[i].slots[slots]
+            self.run(task, mixed, self.task_seed(task, 0), smem=SMEM_FILL[1] if base else smem)
             return any(not torch.equal(b.slots[w], r[w]) for b, r, w in
-                       zip(self.buffers, reference, (im.writable for im in first)))
+                       zip(self.buffers, reference2 if base else reference, (im.writable for im in first)))
         if self.pk.device.type == "cpu" and differs([], smem=SMEM_FILL[1]):
             return (f"reads shared memory no thread wrote: its output changes with the byte a fresh block's "
                     f"shared memory holds (0x{SMEM_FILL[0]:02X} or 0x{SMEM_FILL[1]:02X}): a read before a "
                     f"barrier, or of a slot no thread wrote this task")
         outside = ("reads outside its declared input tiles: its output changes with the poison around them; "
                    "it depends on ")
-        for i, slots in candidates:
-            if not slots.numel() or not differs([(i, slots)]):
-                continue
-            for _ in range(64):          # halve until one slot is left (log2 of the span's slots)
-                if slots.numel() == 1:
-                    break
-                half = slots[: slots.numel() // 2]
-                slots = half if differs([(i, half)]) else slots[slots.numel() // 2:]
-            t, b = self.table[i], self.buffers[i]
-            return outside + _describe(t, b, slots[:1]) + (" (one of the elements read)" if slots.numel() == 1
-                                                           else "")
+        for base in (1, 0):
+            for i, slots in candidates:
+                if not slots.numel() or not differs([(i, slots)], base=base):
+                    continue
+                for _ in range(64):          # halve until one slot is left (log2 of the span's slots)
+                    if slots.numel() == 1:
+                        break
+                    half = slots[: slots.numel() // 2]
+                    slots = half if differs([(i, half)], base=base) else slots[slots.numel() // 2:]
+                if slots.numel() == 1 and not differs([(i, slots)], base=base):
+                    continue                 # no single culprit this way (reads that matter only together)
+                t, b = self.table[i], self.buffers[i]
+                return outside + _describe(t, b, slots[:1]) + (" (one of the elements read)"
+                                                               if slots.numel() == 1 else "")
         for i, t in enumerate(self.table):
             if differs([], red=i):
                 b = self.buffers[i]
@@ -469,7 +477,8 @@ def _run_one(h: _Harness, task: Task) -> list[torch.Tensor]:
                                     f"(still poison after runs with two poisons): "
                                     f"{_describe(t, b, still.nonzero().flatten())}")
     if any(not torch.equal(b.slots[im.writable], g[im.writable]) for b, im, g in zip(h.buffers, first, got)):
-        raise MPKFootprintError(f"{h.where(task)} {h.find_read(task, (first, second), got)}")
+        found = h.find_read(task, (first, second), got, h.outputs(second))
+        raise MPKFootprintError(f"{h.where(task)} {found}")
     h.run(task, first, h.task_seed(task, 1))
     for t, b, im, g in zip(h.table, h.buffers, first, got):
         differs = (b.slots != g) & im.writable

@@ -44,12 +44,10 @@ def on_all_ranks(what: str):
 #               (the residual on rank 0 only); an allreduce after it gives every rank the whole sum
 #   reduce:     the allreduce: each rank's input is its own partial; the sum is bit-identical on all
 #   heads:      attention: rank r holds its KV heads with their query groups: its columns of the packed
-#               input (grouped per KV head) and of the output, its heads of the caches (and of the
-#               split-KV partials and lse, heads last)
+#               input (grouped per KV head) and of the output, its heads of the caches
 # MoE (by experts) will add a kind.
 TP_KINDS = {"replicated": {}, "column": {"weight": 0, "output": -1}, "row": {"input": -1, "weight": 1},
-            "reduce": {}, "heads": {"input": -1, "k_cache": 2, "v_cache": 2, "output": -1, "lse": -1,
-                                    "output_tmp": -1}}
+            "reduce": {}, "heads": {"input": -1, "k_cache": 2, "v_cache": 2, "output": -1}}
 # Negative control (read here only): on this rank, World.shard gives the kernel its neighbour's part
 # of every input it slices, while the reference ("output") stays this rank's: a wrong shard.
 WRONG_SHARD_ENV = "MPK_TEST_WRONG_SHARD_RANK"

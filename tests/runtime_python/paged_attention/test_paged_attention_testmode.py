@@ -7,8 +7,9 @@ tokens (one when the prompt is done: a decode step), in pages taken from a fresh
 test writes that layout down by hand (`layout`) and checks the meta tensors against it exactly, so the
 reference walks the pages the kernel was told about. Before the run, every cache slot that holds no cached
 token (the pages no request owns, a last page's tail, the new tokens' slots) holds noise of std 100 (the
-kernel-level test uses NaN; noise keeps the ranks' cache shards distinct where no token is cached yet): a
-read of any of them moves the output far outside its budget. After it: the output's rows of the batch against the page-walking reference
+kernel-level test uses NaN; noise keeps the ranks' cache shards distinct where no token is cached yet):
+a read of any of them moves the output far outside its budget. After it: the output's rows of the batch
+against the page-walking reference
 (tol_attention), the rows past the batch still test mode's poison (no task wrote them), the new slots' K
 (tol_qk_norm_rope) and V (bit for bit), and every other cache slot unchanged.
 
@@ -58,14 +59,15 @@ def run_case(dtype, hq, hkv, d, ps, prompts, steps, opts, max_seq, batch, slots,
     pages = sum(-(-(max(p - s, 1) + s) // ps) for p, s in zip(prompts, steps)) + 2    # two no request owns
     expect_meta = layout(prompts, steps, ps, slots, pages)
     qkv = testing.randn((batch, (hq + 2 * hkv) * d), dtype, gen)
-    k_cache = ref.poison_outside(testing.randn((pages, ps, hkv, d), dtype, gen), expect_meta, gen, nan=False)
-    v_cache = ref.poison_outside(testing.randn((pages, ps, hkv, d), dtype, gen), expect_meta, gen, nan=False)
-    norms = [testing.randn((d,), dtype, gen, scale=0.5) + 1.0 for _ in range(2)] if opts & NORM else [None] * 2
+    k_cache, v_cache = (ref.poison_outside(testing.randn((pages, ps, hkv, d), dtype, gen), expect_meta, gen,
+                                           nan=False) for _ in range(2))
+    norms = [testing.randn((d,), dtype, gen, scale=0.5) + 1.0 if opts & NORM else None for _ in range(2)]
     cos, sin = ref.rope_tables(max_seq, d, dtype) if opts & ROPE else (None, None)
-    meta = {"prompt_lengths": torch.tensor(prompts, dtype=torch.int32), "step": torch.tensor(steps, dtype=torch.int32)}
+    i32 = dict(dtype=torch.int32)
+    meta = {"prompt_lengths": torch.tensor(prompts, **i32), "step": torch.tensor(steps, **i32)}
     pk = PersistentKernel(**testing.cpu_config(
-        jitter_seed=jitter, max_seq_length=max_seq, max_num_batched_tokens=batch, max_num_batched_requests=slots,
-        max_num_pages=pages, page_size=ps, meta_tensors=meta, **world.params))
+        jitter_seed=jitter, max_seq_length=max_seq, max_num_batched_tokens=batch,
+        max_num_batched_requests=slots, max_num_pages=pages, page_size=ps, meta_tensors=meta, **world.params))
     local = {"qkv": world.shard("input", qkv), "k": world.shard("k_cache", k_cache),
              "v": world.shard("v_cache", v_cache)}
     before = {k: v.clone() for k, v in local.items()}
@@ -74,19 +76,22 @@ def run_case(dtype, hq, hkv, d, ps, prompts, steps, opts, max_seq, batch, slots,
                                                      ("v_cache", local["v"]), ("attn_out", out))}
     opt = {n: pk.attach_input(t, name=n) if t is not None else None
            for n, t in (("q_norm", norms[0]), ("k_norm", norms[1]), ("cos", cos), ("sin", sin))}
-    pk.paged_attention_layer(input=dt["qkv"], k_cache=dt["k_cache"], v_cache=dt["v_cache"], q_norm=opt["q_norm"],
-                             k_norm=opt["k_norm"], cos_pos_embed=opt["cos"], sin_pos_embed=opt["sin"],
-                             output=dt["attn_out"], grid_dim=(slots, hkv // world.size, 1), block_dim=(128, 1, 1))
+    pk.paged_attention_layer(input=dt["qkv"], k_cache=dt["k_cache"], v_cache=dt["v_cache"],
+                             q_norm=opt["q_norm"], k_norm=opt["k_norm"], cos_pos_embed=opt["cos"],
+                             sin_pos_embed=opt["sin"], output=dt["attn_out"],
+                             grid_dim=(slots, hkv // world.size, 1), block_dim=(128, 1, 1))
     pk.compile(output_dir=output_dir)
     pk()
     pk.finalize()
     name = (f"paged_attention[{str(dtype)[6:]},{hq}q{hkv}kv,d={d},ps={ps},prompts={list(prompts)},"
             f"step={list(steps)},opts={opts}{world.tag}]")
-    for k in ("qo_indptr_buffer", "paged_kv_indptr_buffer", "paged_kv_last_page_len_buffer", "num_new_tokens"):
+    for k in ("qo_indptr_buffer", "paged_kv_indptr_buffer", "paged_kv_last_page_len_buffer",
+              "num_new_tokens"):
         testing.assert_equal(f"{name}.{k}", pk.get_tensor(k), expect_meta[k])
     n_pages = int(expect_meta["paged_kv_indptr_buffer"][-1])
-    testing.assert_equal(f"{name}.paged_kv_indices_buffer[:{n_pages}]", pk.get_tensor("paged_kv_indices_buffer")
-                         [:n_pages], expect_meta["paged_kv_indices_buffer"][:n_pages])
+    testing.assert_equal(f"{name}.paged_kv_indices_buffer[:{n_pages}]",
+                         pk.get_tensor("paged_kv_indices_buffer")[:n_pages],
+                         expect_meta["paged_kv_indices_buffer"][:n_pages])
     full = ref.attention(qkv, k_cache, v_cache, expect_meta, hq, *norms, cos, sin)
     expected, rows = world.shard("output", full["out"]), int(expect_meta["num_new_tokens"])
     lo, hi = world.part(hq * d) if world.size > 1 else (0, hq * d)
