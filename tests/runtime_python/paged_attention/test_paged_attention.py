@@ -147,5 +147,31 @@ def test_paged_attention_refuses_bad_arguments():
     pk.finalize()
 
 
+# (what breaks the layout, the change to the meta tensors of CASES[0], the message): a task must refuse a
+# layout it cannot trust rather than read outside the tensors
+BAD_LAYOUTS = [
+    ("a page index outside the cache", lambda m: m["paged_kv_indices_buffer"].__setitem__(0, 99),
+     "a page index outside the KV cache"),
+    ("rows past the input", lambda m: m["qo_indptr_buffer"].__setitem__(1, 50),
+     "rows outside the input tile"),
+    ("fewer tokens in the pages than new ones", lambda m: m["paged_kv_last_page_len_buffer"].__setitem__(0, 3),
+     "hold fewer tokens than it has new ones"),
+]
+
+
+@pytest.mark.parametrize("what,change,message", BAD_LAYOUTS, ids=[b[0].replace(" ", "_") for b in BAD_LAYOUTS])
+def test_paged_attention_kernel_refuses_a_layout_it_cannot_trust(what, change, message):
+    """A batch layout no prepare_next_batch writes (a caller's meta tensors in a kernel-level run): the task
+    fails with its message, naming the task; nothing outside the tensors is read (the guard would say)."""
+    gen = testing.generator(offset=5)
+    t, meta, params = inputs(*CASES[0], gen)
+    change(meta)
+    with pytest.raises(Exception) as e:
+        testing.run_tasks(lambda pk, dt: call(pk, dt, 2, 1, 80), t, params=params)
+    msg = str(e.value)
+    assert message in msg and "paged_attention" in msg, msg
+    testing.say(f"BAD_LAYOUT paged_attention ({what}): {msg.splitlines()[0][:160]} PASS")
+
+
 if __name__ == "__main__":
     testing.run_pytest_file_as_script(__file__, sys.argv[1:])
