@@ -72,5 +72,36 @@ def test_splitk_linear_kernel(dtype, batch, k, n, grid, target_cc):
         run_slice(dtype, x, w, y0, grid, j, target_cc)
 
 
+BAD = [  # (what, batch, K, N, grid, dtypes (x, w, y), out shape, message parts)
+    ("K not divisible by grid.y", 4, 100, 16, (2, 3), None, None,
+     ["'x' (input) dim 1 (100) is not divisible by grid_dim.y=3", "grid sizes that divide 100: 1, 2, 4, 5"]),
+    ("N not divisible by grid.x", 4, 96, 10, (3, 2), None, None,
+     ["(weight) dim 0 (10) is not divisible by grid_dim.x=3", "grid sizes that divide 10: 1, 2, 5, 10"]),
+    ("weight K differs", 4, 96, 16, (1, 1), None, (16, 64), ["weight 'w' is (16, 64)", "[out_features, 96]"]),
+    ("output shape", 4, 96, 16, (1, 1), None, "out", ["tensor 'out' (output) dim 1 is 8, expected 16"]),
+    ("dtype mismatch", 4, 96, 16, (1, 1), torch.float16, None, ["tensor 'w' (weight) has dtype float16"]),
+]
+
+
+@pytest.mark.parametrize("what,batch,k,n,grid,w_dtype,w_shape,parts", BAD, ids=[b[0] for b in BAD])
+def test_splitk_linear_bad_input(what, batch, k, n, grid, w_dtype, w_shape, parts):
+    """Bad shapes, splits and dtypes: a ValueError naming the layer, the tensor and the valid sizes, before
+    any code is generated."""
+    from mirage.mpk.persistent_kernel import PersistentKernel
+
+    pk = PersistentKernel(**testing.cpu_config())
+    x = pk.attach_input(torch.zeros(batch, k, dtype=torch.bfloat16), name="x")
+    shape = w_shape if isinstance(w_shape, tuple) else (n, k)
+    w = pk.attach_input(torch.zeros(*shape, dtype=w_dtype or torch.bfloat16), name="w")
+    out = pk.attach_input(torch.zeros(batch, n // 2 if w_shape == "out" else n, dtype=torch.bfloat16),
+                          name="out")
+    with pytest.raises(ValueError) as e:
+        pk.splitk_linear_layer(input=x, weight=w, output=out, grid_dim=(*grid, 1), block_dim=(128, 1, 1))
+    msg = str(e.value)
+    testing.say(f"REJECTED splitk_linear {what}: {msg}")
+    assert "layer 'splitk_linear_0'" in msg and all(p in msg for p in parts), msg
+    pk.finalize()
+
+
 if __name__ == "__main__":
     testing.run_pytest_file_as_script(__file__, sys.argv[1:])
