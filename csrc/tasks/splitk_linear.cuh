@@ -42,15 +42,17 @@ template <typename T> struct AtomicAddStore {
         } else {
             const uintptr_t a = reinterpret_cast<uintptr_t>(p);
             unsigned int* word = reinterpret_cast<unsigned int*>(a & ~uintptr_t(3));
-            const int half = int(a & 2);  // byte offset of the element in its word (little-endian)
+            const unsigned int shift = unsigned(a & 2) * 8;  // the element's bits in its word (little-endian)
             unsigned int old = *word, assumed;
-            do {
+            do {  // scalar memcpys only (registers: no stack frame under nvcc)
                 assumed = old;
+                const uint16_t cur_bits = uint16_t(assumed >> shift);
                 T cur;
-                memcpy(&cur, reinterpret_cast<const char*>(&assumed) + half, sizeof(T));
+                memcpy(&cur, &cur_bits, sizeof(T));
                 const T next = from_float<T>(to_float(cur) + sum);
-                unsigned int want = assumed;
-                memcpy(reinterpret_cast<char*>(&want) + half, &next, sizeof(T));
+                uint16_t next_bits;
+                memcpy(&next_bits, &next, sizeof(T));
+                const unsigned int want = (assumed & ~(0xFFFFu << shift)) | (unsigned(next_bits) << shift);
                 old = atomicCAS(word, assumed, want);
             } while (old != assumed);
         }

@@ -34,7 +34,8 @@ pytestmark = pytest.mark.skipif(os.environ.get("MPK_TEST_DEVICE", "cpu") != "cpu
 PLAIN_STORE = ("MPK_INLINE void operator()(T* p, float sum) const {",
                "MPK_INLINE void operator()(T* p, float sum) const { *p = from_float<T>(sum); return;")
 WRONG_K_OFFSET = ("const T* x = v.in<const T>(0);", "const T* x = v.in<const T>(0) + xt.cols;")
-WRONG_HALF = ("const int half = int(a & 2);", "const int half = 2 - int(a & 2);")
+WRONG_HALF = ("const unsigned int shift = unsigned(a & 2) * 8;",
+              "const unsigned int shift = unsigned(2 - (a & 2)) * 8;")
 
 
 def mutated_kernel(tmp_path, old: str, new: str):
