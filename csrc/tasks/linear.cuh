@@ -1,6 +1,7 @@
 // linear.cuh: y = x @ W^T (+ residual) for one task's tile: fp32 accumulation, one rounding to T
 // per output. CUDA device code for both backends (runtime/simt.h); linear_with_residual.cuh is
-// the residual variant's entry point into the same kernel.
+// the residual variant's entry point into the same kernel, splitk_linear.cuh the accumulating one
+// (its store policy adds each sum into y atomically).
 //
 // Shapes (2-D tiles, any strides; tile2d in common.cuh):
 //   in(0)  x [B, K]  the whole input rows of this task (the layer never splits K)
@@ -63,10 +64,16 @@ template <typename T> struct PlainX {
     MPK_DEVICE MPK_INLINE float at(const T* p) const { return to_float(*p); }
 };
 
+// How an output's fp32 sum reaches y: Store rounds it once to T and stores it; splitk_linear.cuh
+// adds it into y atomically instead (its own rounding per add).
+template <typename T> struct Store {
+    MPK_DEVICE MPK_INLINE void operator()(T* p, float sum) const { *p = from_float<T>(sum); }
+};
+
 // One chunk of ROWS batch rows (x, r, y point at its first row), every column of the tile.
-template <typename T, int ROWS, bool VEC, typename XS>
+template <typename T, int ROWS, bool VEC, typename XS, typename ST>
 MPK_DEVICE void rows_chunk(const T* x, const Tile2D& xt, const T* w, const Tile2D& wt, const T* r, const Tile2D& rt,
-                           T* y, const Tile2D& yt, float* red, const XS& xs) {
+                           T* y, const Tile2D& yt, float* red, const XS& xs, const ST& st) {
     constexpr int V = PACK16<T>;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     const int64_t n = yt.cols, k_len = xt.cols;
@@ -129,15 +136,15 @@ MPK_DEVICE void rows_chunk(const T* x, const Tile2D& xt, const T* w, const Tile2
             float sum = p[0];
             for (int l = 1; l < 32; ++l) sum += p[l];  // lane order
             if (r) sum += to_float(r[b * rt.row_stride + col * rt.col_stride]);
-            y[b * yt.row_stride + col * yt.col_stride] = from_float<T>(sum);
+            st(y + b * yt.row_stride + col * yt.col_stride, sum);
         }
         __syncwarp();  // every lane has read red before the next group overwrites it
     }
 }
 
-template <typename T, bool VEC, typename XS>
+template <typename T, bool VEC, typename XS, typename ST>
 MPK_DEVICE void all_rows(const T* x, const Tile2D& xt, const T* w, const Tile2D& wt, const T* r, const Tile2D& rt,
-                         T* y, const Tile2D& yt, float* red, const XS& xs) {
+                         T* y, const Tile2D& yt, float* red, const XS& xs, const ST& st) {
     // Chunks of 8, then 4, 2, 1 rows; every thread takes the same branches (uniform).
     for (int64_t b0 = 0; b0 < yt.rows;) {
         const int64_t left = yt.rows - b0;
@@ -145,16 +152,16 @@ MPK_DEVICE void all_rows(const T* x, const Tile2D& xt, const T* w, const Tile2D&
         const T* rb = r ? r + b0 * rt.row_stride : nullptr;
         T* yb = y + b0 * yt.row_stride;
         if (left >= 8) {
-            rows_chunk<T, 8, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red, xs);
+            rows_chunk<T, 8, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red, xs, st);
             b0 += 8;
         } else if (left >= 4) {
-            rows_chunk<T, 4, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red, xs);
+            rows_chunk<T, 4, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red, xs, st);
             b0 += 4;
         } else if (left >= 2) {
-            rows_chunk<T, 2, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red, xs);
+            rows_chunk<T, 2, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red, xs, st);
             b0 += 2;
         } else {
-            rows_chunk<T, 1, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red, xs);
+            rows_chunk<T, 1, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red, xs, st);
             b0 += 1;
         }
     }
@@ -170,16 +177,17 @@ template <typename T> MPK_DEVICE MPK_INLINE bool rows_aligned16(const T* p, cons
 }  // namespace linear_detail
 
 // y = x @ W^T (+ residual when `residual` is not null), x's elements as xs gives them; vec: x's
-// and W's rows allow the vector path (the caller checks every pointer xs reads through).
-template <typename T, typename XS>
+// and W's rows allow the vector path (the caller checks every pointer xs reads through); st: how
+// each output's fp32 sum reaches y (Store: rounded once and stored).
+template <typename T, typename XS, typename ST = linear_detail::Store<T>>
 MPK_DEVICE void linear_rows(const T* x, const Tile2D& xt, const T* w, const Tile2D& wt, const T* residual,
-                            const Tile2D& rt, T* y, const Tile2D& yt, const XS& xs, bool vec) {
+                            const Tile2D& rt, T* y, const Tile2D& yt, const XS& xs, bool vec, const ST& st = ST{}) {
     using namespace linear_detail;
     float* red = smem<float>(size_t(threadIdx.x / 32) * RED_FLOATS * sizeof(float), RED_FLOATS);
     if (vec && rows_aligned16(w, wt))
-        all_rows<T, true>(x, xt, w, wt, residual, rt, y, yt, red, xs);
+        all_rows<T, true>(x, xt, w, wt, residual, rt, y, yt, red, xs, st);
     else
-        all_rows<T, false>(x, xt, w, wt, residual, rt, y, yt, red, xs);
+        all_rows<T, false>(x, xt, w, wt, residual, rt, y, yt, red, xs, st);
 }
 
 // The kernel of linear_task and linear_with_residual_task. Every thread of the block calls it.

@@ -19,7 +19,7 @@ from itertools import chain, product
 
 from .boxes import Box, BoxIndex, intersect, uncovered, volume
 from .errors import GraphError
-from .layers import BY_REQUEST, NOT_SPLIT, Access, Layer
+from .layers import ACCUMULATE, BY_REQUEST, NOT_SPLIT, Access, Layer
 from .tensor import FUSED, DTensor, map_fused_rows
 
 log = logging.getLogger("mirage.mpk")
@@ -227,9 +227,10 @@ def _record(history: dict[int, list[_Entry]], writes: dict[int, list[_Entry]], l
     # Output tiles of one layer are disjoint by construction: check_splits makes every grid
     # axis > 1 split its own dim of every written output, evenly (outputs are never views).
     # ... except along a BY_REQUEST axis, whose tasks split the tile at run time (their reads and
-    # writes of it are disjoint too: Layer.live, checked in test mode)
+    # writes of it are disjoint too: Layer.live, checked in test mode), or an ACCUMULATE one, whose
+    # tasks each read-modify-write the whole tile atomically (their adds commute)
     indexes = {key: BoxIndex(items) for key, items in groups.items()}
-    shared = {a.tensor.id for a in layer.outputs if a.shared == BY_REQUEST}
+    shared = {a.tensor.id for a in layer.outputs if a.shared in (BY_REQUEST, ACCUMULATE)}
     for (tid, write, covering), index in indexes.items():
         if not write and (tid, True, True) in indexes and tid not in shared:
             _check_no_cross_task_rw(layer, tasks, index, indexes[(tid, True, True)])

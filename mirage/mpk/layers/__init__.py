@@ -26,6 +26,10 @@ AXES = "xyz"
 # only the part of its request, which the meta tensors decide at run time (paged attention: grid.x is
 # the request, qo_indptr_buffer its rows). Layer.live names each task's part; test mode checks it.
 BY_REQUEST = "by_request"
+# ACCUMULATE: tasks along a grid axis that does not split this output add their partials into its tile
+# (atomics: split-K). The output is read-modify-written: the layer also lists it as an input (its initial
+# value) and declares that in place (Layer.inplace), so it is not poisoned; the adds' order is the schedule's.
+ACCUMULATE = "accumulate"
 # Non-vacuity checks a layer may declare for its outputs (mirage.mpk.testing runs them).
 FINITE, NONZERO, DIFFERS_FROM_INPUT = "finite", "nonzero", "differs_from_input"
 DEFAULT_CHECKS = (FINITE, NONZERO, DIFFERS_FROM_INPUT)
@@ -38,7 +42,7 @@ class Access:
     tensor: DTensor
     pmap: tuple[int, int, int] = (NOT_SPLIT, NOT_SPLIT, NOT_SPLIT)
     written: bool = True      # outputs only: False for dummy outputs a task never touches
-    shared: str | None = None  # outputs only: BY_REQUEST, or None (every grid axis > 1 splits it)
+    shared: str | None = None  # outputs only: BY_REQUEST, ACCUMULATE, or None (every grid axis > 1 splits it)
 
 
 @dataclass
@@ -255,7 +259,7 @@ def check_splits(layer: str, grid: tuple[int, int, int], inputs: list[Access],
         if t.kind == FUSED:
             _check_fused_tiles(layer, acc, next((grid[a] for a, d in enumerate(acc.pmap) if d == 0), 1))
     for acc in outputs:
-        if not acc.written or acc.shared == BY_REQUEST:
+        if not acc.written or acc.shared in (BY_REQUEST, ACCUMULATE):
             continue
         for a in range(3):
             if grid[a] > 1 and acc.pmap[a] == NOT_SPLIT:

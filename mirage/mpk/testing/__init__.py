@@ -56,6 +56,7 @@ from .tolerances import (
     tol_qk_norm_rope,
     tol_rmsnorm,
     tol_rmsnorm_linear,
+    tol_splitk_linear,
     tolerance,
 )
 
@@ -72,5 +73,5 @@ __all__ = [
     "layer_tp", "mpiexec", "mpirun", "on_all_ranks", "rank_lines", "script_world", "check_scalars",
     "RMS_LIMIT", "RMS_MIN_N", "U32", "Tolerance", "tol_attention", "tol_qk_norm_rope", "tol_elementwise",
     "tol_linear", "tol_normalization",
-    "tol_rmsnorm", "tol_rmsnorm_linear", "tolerance",
+    "tol_rmsnorm", "tol_rmsnorm_linear", "tol_splitk_linear", "tolerance",
 ]

@@ -58,6 +58,20 @@ in fp32 (csrc/tasks/paged_attention.cuh). Two error sources, each a `tolerance` 
     A key rounded once more or a softmax without its max subtracted stays inside; a wrong page, a
     missing causal mask or a wrong position moves o by the size of v itself.
 
+Split-K accumulate (tol_splitk_linear): y = y_0 + sum_j p_j over s = grid.y K slices, p_j an fp32 partial
+over `terms` = K / s products (csrc/tasks/splitk_linear.cuh), each added into y as
+y <- round_T(y + p_j) in an order the schedule decides. Two error sources, each a `tolerance` term:
+    the partials: p_j is a recursive fp32 sum, off by <= (terms + 1) u32 sum_k |x_k w_jk| (gamma_k, as
+               tol_linear), and the s of them add up to (terms + 1) u32 * scale, scale = |x| @ |W|^T;
+    the adds:  each one rounds the running value r_j = y_0 + p_1 + ... (any order) once in fp32 and
+               once to T: <= (u32 + u_T) |r_j| <= (u32 + u_T) * acc_scale, acc_scale = |y_0| + sum_j |p_j|
+               (the reference's), so s of them: s (u32 + u_T) acc_scale, whatever the order; as
+               variances, s roundings of at most acc_scale each (scale2 = s acc_scale^2).
+    The final rounding is one of the s adds: rtol = u_T + 2 u32 (the partials' ops) is there for
+    `tolerance`'s form only. A lost partial, an overwrite of y_0 or a wrong K slice moves y by a
+    partial's own size, ~|p_j|, far outside. A task run alone (kernel level) is the case s = 1 over its
+    own slice: y_0 + p_j, one add.
+
 These are worst-case bounds, not fitted thresholds: a missed tile, a wrong column or a
 dropped dependency produces errors of the size of |ref| itself, far outside them in fp32.
 For bf16/fp16 chains the tight check is per layer (each layer's reference applied to the
@@ -212,3 +226,15 @@ def tol_qk_norm_rope(dtype: DType | torch.dtype, head_dim: int, scale: torch.Ten
     |n_b sin| (|n| without RoPE), not to the result, which may cancel; then rounded once to dtype."""
     return tolerance(dtype, k=head_dim // 2 + 9, scale=scale, ops=0)
 
+
+
+def tol_splitk_linear(dtype: DType | torch.dtype, terms: int, adds: int, scale: torch.Tensor,
+                      acc_scale: torch.Tensor) -> Tolerance:
+    """y += x @ W^T split over K (module doc, "Split-K accumulate"): `adds` atomic adds into y, each of an
+    fp32 partial over `terms` products; scale = |x| @ |W|^T, acc_scale = |y_0| + sum_j |partial_j|."""
+    sums = tolerance(dtype, k=terms, scale=scale, ops=2)
+    rounds = tolerance(dtype, k=0, scale=adds * acc_scale, ops=0, input_rounding=dtype,
+                       scale2=adds * acc_scale.double() ** 2)
+    floor = _TINY[to_dtype(dtype).torch] / 2
+    return Tolerance(sums.atol + rounds.atol - floor, sums.rtol, f"split-K, {adds} add(s): {sums.why}; adds: "
+                     f"{rounds.why}", sums.var_abs + rounds.var_abs - floor**2 / 3, sums.var_rel)

@@ -1,0 +1,47 @@
+"""splitk_linear_layer: output += input @ weight^T, K split across grid.y, N across grid.x (MPK's).
+
+input [B, K], weight [N, K], output [B, N] (read and written: it ACCUMULATES, as MPK's TMA reduce-add
+does). Task (i, j) computes the fp32 partial sum of K slice j for column tile i and adds it into the
+output tile atomically; the grid.y tasks of a tile all add into it (Access.shared = ACCUMULATE), in an
+order the schedule decides (csrc/tasks/splitk_linear.cuh states what is deterministic). The output is
+also an input of the layer, role "initial" (its value before the layer: the dependencies wait for its
+producer, the kernel-level runs load it), declared in place. Kernel: csrc/tasks/splitk_linear.cuh.
+"""
+from __future__ import annotations
+
+from ..dtypes import FLOATS
+from . import ACCUMULATE, NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor, storage
+
+TASK_TYPE = 163          # MPK's TASK_SPLITK_LINEAR_SWAPAB_HOPPER
+# Tensor parallelism (mirage.mpk.testing.TP_KINDS): row-parallel, as MPK's models use it (qwen3 builder:
+# o_proj and down_proj with use_splitk, input [B, hidden / world_size], weight [hidden, hidden /
+# world_size], output [B, hidden]): rank r holds columns [r*K/W, (r+1)*K/W) of x and W and adds its
+# partial sum into its own whole output; an allreduce after it sums the ranks'. The output's initial
+# value (the residual) then belongs on one rank only (zeros elsewhere), or the sum counts it W times: the
+# layer cannot know, so the caller decides (the test puts it on rank 0, as linear_with_residual does).
+TP = "row"
+
+
+def splitk_linear_layer(pk, name: str, input, weight, output, grid_dim, block_dim) -> Layer:
+    grid = check_grid(name, grid_dim, block_dim)
+    x = check_tensor(name, "input", input, ndim=2, dtype=FLOATS)
+    batch, k = x.dims
+    w = check_tensor(name, "weight", weight, ndim=2, dtype=x.dtype)
+    if w.dims[1] != k:
+        raise ValueError(f"layer '{name}': weight '{w.name}' is {w.dims} but input '{x.name}' is "
+                         f"{x.dims}: weight must be [out_features, {k}]")
+    n = w.dims[0]
+    y = check_tensor(name, "output", output, dims=(batch, n), dtype=x.dtype)
+    for role, t in (("input", x), ("weight", w)):
+        if storage(t) & storage(y):
+            raise ValueError(f"layer '{name}': output '{y.name}' shares storage with the {role} '{t.name}': "
+                             f"a split-K linear cannot run in place on it (its tasks read whole {role} "
+                             f"slices while others add into the output); write to another tensor")
+    if grid[2] != 1:
+        raise ValueError(f"layer '{name}': grid_dim.z must be 1, got {grid}")
+    inputs = [Access("input", x, (NOT_SPLIT, 1, NOT_SPLIT)), Access("weight", w, (0, 1, NOT_SPLIT)),
+              Access("initial", y, (1, NOT_SPLIT, NOT_SPLIT))]
+    outputs = [Access("output", y, (1, NOT_SPLIT, NOT_SPLIT), shared=ACCUMULATE)]
+    check_splits(name, grid, inputs, outputs)
+    return Layer(name, "splitk_linear", grid, inputs, outputs, (x.dtype,), params={"splits": grid[1]},
+                 inplace={"output": ("initial",)})
