@@ -154,12 +154,13 @@ BAD_LAYOUTS = [
      "a page index outside the KV cache"),
     ("rows past the input", lambda m: m["qo_indptr_buffer"].__setitem__(1, 50),
      "rows outside the input tile"),
-    ("fewer tokens in the pages than new ones", lambda m: m["paged_kv_last_page_len_buffer"].__setitem__(0, 3),
-     "hold fewer tokens than it has new ones"),
+    ("fewer tokens in the pages than new ones",
+     lambda m: m["paged_kv_last_page_len_buffer"].__setitem__(0, 3), "hold fewer tokens than it has new ones"),
 ]
 
 
-@pytest.mark.parametrize("what,change,message", BAD_LAYOUTS, ids=[b[0].replace(" ", "_") for b in BAD_LAYOUTS])
+@pytest.mark.parametrize("what,change,message", BAD_LAYOUTS,
+                         ids=[b[0].replace(" ", "_") for b in BAD_LAYOUTS])
 def test_paged_attention_kernel_refuses_a_layout_it_cannot_trust(what, change, message):
     """A batch layout no prepare_next_batch writes (a caller's meta tensors in a kernel-level run): the task
     fails with its message, naming the task; nothing outside the tensors is read (the guard would say)."""
