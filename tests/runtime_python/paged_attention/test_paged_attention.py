@@ -155,7 +155,8 @@ BAD_LAYOUTS = [
     ("rows past the input", lambda m: m["qo_indptr_buffer"].__setitem__(1, 50),
      "rows outside the input tile"),
     ("fewer tokens in the pages than new ones",
-     lambda m: m["paged_kv_last_page_len_buffer"].__setitem__(0, 3), "hold fewer tokens than it has new ones"),
+     lambda m: m["paged_kv_last_page_len_buffer"].__setitem__(0, 3),
+     "hold fewer tokens than it has new ones"),
 ]
 
 
