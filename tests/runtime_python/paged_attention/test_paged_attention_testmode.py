@@ -130,5 +130,41 @@ def test_paged_attention(dtype, case):
     run_case(dtype, *case, jitter=case[4][0])
 
 
+# A user's override that production refuses (init_kernel / prepare_next_batch / the meta tensors' own
+# checks): the same message here, before any attention task runs. (change to CASES[1]'s parameters, message)
+WRONG_OVERRIDES = [
+    (dict(prompts=(40, 0)), r"init_kernel: prompt_lengths\[1\] = 0 is outside \[1, max_seq_length = 48\]"),
+    (dict(steps=(39, 60)), r"init_kernel: step\[1\] = 60 is outside \[0, max_seq_length = 48\]"),
+    (dict(pages=3), r"prepare_next_batch: request 1 needs 2 KV pages .* no free page is left: max_num_pages = 3"),
+    (dict(step_dtype=torch.int64), r"meta tensor 'step' has dtype torch.int64, expected torch.int32"),
+]
+
+
+@pytest.mark.parametrize("change,message", WRONG_OVERRIDES, ids=["prompt0", "step_past_end", "pages", "dtype"])
+def test_paged_attention_wrong_meta_override_fails_loudly(change, message):
+    hq, hkv, d, ps, prompts, steps, opts, max_seq, batch, slots = CASES[1]
+    prompts, steps = change.get("prompts", prompts), change.get("steps", steps)
+    meta = {"prompt_lengths": torch.tensor(prompts, dtype=torch.int32),
+            "step": torch.tensor(steps, dtype=change.get("step_dtype", torch.int32))}
+    pages = change.get("pages", 8)
+    gen = testing.generator(offset=3)
+    with pytest.raises(Exception, match=message):
+        pk = PersistentKernel(**testing.cpu_config(
+            max_seq_length=max_seq, max_num_batched_tokens=batch, max_num_batched_requests=slots,
+            max_num_pages=pages, page_size=ps, meta_tensors=meta))
+        t = [pk.attach_input(x, name=n) for n, x in (
+            ("qkv", testing.randn((batch, (hq + 2 * hkv) * d), torch.bfloat16, gen)),
+            ("k_cache", testing.randn((pages, ps, hkv, d), torch.bfloat16, gen)),
+            ("v_cache", testing.randn((pages, ps, hkv, d), torch.bfloat16, gen)),
+            ("out", torch.zeros(batch, hq * d, dtype=torch.bfloat16)))]
+        try:
+            pk.paged_attention_layer(t[0], t[1], t[2], None, None, None, None, t[3], (slots, hkv, 1), (128, 1, 1))
+            pk.compile()
+            pk()
+        finally:
+            pk.finalize()
+    testing.say(f"WRONG_OVERRIDE paged_attention {change}: refused as production refuses it PASS")
+
+
 if __name__ == "__main__":
     testing.run_cases_as_script("paged_attention", run_case, DTYPES, CASES)
