@@ -1,8 +1,8 @@
 """paged_attention_layer in test mode: real generated code, several workers, schedule jitter, its batch laid
 out by init_kernel + prepare_next_batch from the meta tensors, as in production.
 
-Each case overrides `prompt_lengths` and `step` (meta_tensors, as a user does: step[r] tokens of request r
-are already in its cache). prepare_next_batch admits the requests in order, each with prompt - step new
+Each case overrides `tokens`, `prompt_lengths` and `step` (meta_tensors, seed 003's multi-request pattern;
+step[r] tokens of request r are already in its cache). prepare_next_batch admits the requests in order, each with prompt - step new
 tokens (one when the prompt is done: a decode step), in pages taken from a fresh free list in order; the
 test writes that layout down by hand (`layout`) and checks the meta tensors against it exactly, so the
 reference walks the pages the kernel was told about. Before the run, every cache slot that holds no cached
@@ -64,7 +64,8 @@ def run_case(dtype, hq, hkv, d, ps, prompts, steps, opts, max_seq, batch, slots,
     norms = [testing.randn((d,), dtype, gen, scale=0.5) + 1.0 if opts & NORM else None for _ in range(2)]
     cos, sin = ref.rope_tables(max_seq, d, dtype) if opts & ROPE else (None, None)
     i32 = dict(dtype=torch.int32)
-    meta = {"prompt_lengths": torch.tensor(prompts, **i32), "step": torch.tensor(steps, **i32)}
+    meta = {"tokens": torch.randint(0, 1000, (len(prompts), max_seq), generator=gen, dtype=torch.int64),
+            "prompt_lengths": torch.tensor(prompts, **i32), "step": torch.tensor(steps, **i32)}
     pk = PersistentKernel(**testing.cpu_config(
         jitter_seed=jitter, max_seq_length=max_seq, max_num_batched_tokens=batch,
         max_num_batched_requests=slots, max_num_pages=pages, page_size=ps, meta_tensors=meta, **world.params))
