@@ -2,7 +2,8 @@
 out by init_kernel + prepare_next_batch from the meta tensors, as in production.
 
 Each case overrides `tokens`, `prompt_lengths` and `step` (meta_tensors, seed 003's multi-request pattern;
-step[r] tokens of request r are already in its cache). prepare_next_batch admits the requests in order, each with prompt - step new
+step[r] tokens of request r are already in its cache). prepare_next_batch admits the requests in order,
+each with prompt - step new
 tokens (one when the prompt is done: a decode step), in pages taken from a fresh free list in order; the
 test writes that layout down by hand (`layout`) and checks the meta tensors against it exactly, so the
 reference walks the pages the kernel was told about. Before the run, every cache slot that holds no cached
