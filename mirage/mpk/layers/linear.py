@@ -14,8 +14,9 @@ TASK_TYPE = 120          # MPK's TASK_LINEAR
 TP = "column"
 
 
-def linear_accesses(name: str, grid, input, weight, output, extra=()) -> tuple[list, list]:
-    """Shape rules shared with linear_with_residual_layer."""
+def linear_tensors(name: str, grid, input, weight, output, why: str):
+    """(x, w, y) checked: x [B, K], w [N, K], y [B, N] of x's dtype, y apart from x and w (`why`: why the
+    kernel cannot run in place), grid.z 1. Shared with linear_with_residual and splitk_linear."""
     x = check_tensor(name, "input", input, ndim=2, dtype=FLOATS)
     batch, k = x.dims
     w = check_tensor(name, "weight", weight, ndim=2, dtype=x.dtype)
@@ -27,10 +28,17 @@ def linear_accesses(name: str, grid, input, weight, output, extra=()) -> tuple[l
     for role, t in (("input", x), ("weight", w)):
         if storage(t) & storage(y):
             raise ValueError(f"layer '{name}': output '{y.name}' shares storage with the {role} '{t.name}': "
-                             f"a linear cannot run in place (its kernel reads whole {role} rows while "
-                             f"other threads store outputs); write to another tensor")
+                             f"{why.format(role=role)}; write to another tensor")
     if grid[2] != 1:
         raise ValueError(f"layer '{name}': grid_dim.z must be 1, got {grid}")
+    return x, w, y
+
+
+def linear_accesses(name: str, grid, input, weight, output, extra=()) -> tuple[list, list]:
+    """Shape rules shared with linear_with_residual_layer."""
+    x, w, y = linear_tensors(name, grid, input, weight, output, "a linear cannot run in place (its kernel "
+                             "reads whole {role} rows while other threads store outputs)")
+    batch, n = y.dims
     inputs = [Access("input", x, (NOT_SPLIT, 0, NOT_SPLIT)), Access("weight", w, (0, NOT_SPLIT, NOT_SPLIT))]
     for role, t in extra:
         check_tensor(name, role, t, dims=(batch, n), dtype=x.dtype)

@@ -9,8 +9,8 @@ producer, the kernel-level runs load it), declared in place. Kernel: csrc/tasks/
 """
 from __future__ import annotations
 
-from ..dtypes import FLOATS
-from . import ACCUMULATE, NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor, storage
+from . import ACCUMULATE, NOT_SPLIT, Access, Layer, check_grid, check_splits
+from .linear import linear_tensors
 
 TASK_TYPE = 163          # MPK's TASK_SPLITK_LINEAR_SWAPAB_HOPPER
 # Tensor parallelism (mirage.mpk.testing.TP_KINDS): row-parallel, as MPK's models use it (qwen3 builder:
@@ -24,21 +24,8 @@ TP = "row"
 
 def splitk_linear_layer(pk, name: str, input, weight, output, grid_dim, block_dim) -> Layer:
     grid = check_grid(name, grid_dim, block_dim)
-    x = check_tensor(name, "input", input, ndim=2, dtype=FLOATS)
-    batch, k = x.dims
-    w = check_tensor(name, "weight", weight, ndim=2, dtype=x.dtype)
-    if w.dims[1] != k:
-        raise ValueError(f"layer '{name}': weight '{w.name}' is {w.dims} but input '{x.name}' is "
-                         f"{x.dims}: weight must be [out_features, {k}]")
-    n = w.dims[0]
-    y = check_tensor(name, "output", output, dims=(batch, n), dtype=x.dtype)
-    for role, t in (("input", x), ("weight", w)):
-        if storage(t) & storage(y):
-            raise ValueError(f"layer '{name}': output '{y.name}' shares storage with the {role} '{t.name}': "
-                             f"a split-K linear cannot run in place on it (its tasks read whole {role} "
-                             f"slices while others add into the output); write to another tensor")
-    if grid[2] != 1:
-        raise ValueError(f"layer '{name}': grid_dim.z must be 1, got {grid}")
+    x, w, y = linear_tensors(name, grid, input, weight, output, "a split-K linear cannot run in place on "
+                             "it (its tasks read whole {role} slices while others add into the output)")
     inputs = [Access("input", x, (NOT_SPLIT, 1, NOT_SPLIT)), Access("weight", w, (0, 1, NOT_SPLIT)),
               Access("initial", y, (1, NOT_SPLIT, NOT_SPLIT))]
     outputs = [Access("output", y, (1, NOT_SPLIT, NOT_SPLIT), shared=ACCUMULATE)]
