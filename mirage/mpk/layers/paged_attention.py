@@ -93,11 +93,12 @@ def live_parts(meta: dict, r: int, page_size: int, cache_dims, rows: int,
     page = pages[pos // page_size]
     ok = (page >= 0) & (page < cache_dims[0])
     new = (pos >= lo) & (pos < hi)
-    read = torch.zeros(cache_dims, dtype=torch.bool)
-    wrote = torch.zeros(cache_dims, dtype=torch.bool)
+    # per (page, slot), broadcast over heads and head_dim: a view, not a cache-sized mask per task
+    read = torch.zeros(cache_dims[:2], dtype=torch.bool)
+    wrote = torch.zeros(cache_dims[:2], dtype=torch.bool)
     read[page[ok & ~new], (pos % page_size)[ok & ~new]] = True
     wrote[page[ok & new], (pos % page_size)[ok & new]] = True
-    return row, read, wrote
+    return row, read[:, :, None, None].expand(cache_dims), wrote[:, :, None, None].expand(cache_dims)
 
 
 def paged_attention_layer(pk, name: str, input, k_cache, v_cache, q_norm, k_norm, cos_pos_embed,
