@@ -80,8 +80,11 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> Com
     allowed = torch.as_tensor(tol.atol, dtype=torch.float64) + tol.rtol * e64.abs()
     diff = (a64 - e64).abs()
     diff = torch.where((a64 == e64) | (a64.isnan() & e64.isnan()), 0.0, diff)   # equal infs, both NaN
-    diff = torch.where(a64.isnan() ^ e64.isnan(), math.inf, diff)
-    c = Comparison(diff, allowed.expand_as(diff), diff > allowed)
+    # NaN on one side only, or an infinity the other side does not match: wrong whatever the budget (an
+    # expected inf or NaN makes `allowed` inf or NaN, which no comparison with diff would fail)
+    mismatch = (a64.isnan() ^ e64.isnan()) | ((a64.isinf() | e64.isinf()) & (a64 != e64) & (diff != 0))
+    diff = torch.where(mismatch, math.inf, diff)
+    c = Comparison(diff, allowed.expand_as(diff), (diff > allowed) | mismatch)
     if tol.var_abs is not None:
         c.var = (torch.as_tensor(tol.var_abs, dtype=torch.float64) + tol.var_rel * e64 * e64).expand_as(diff)
         c.rms_ratio, c.n_eff = _rms(diff, c.var)
