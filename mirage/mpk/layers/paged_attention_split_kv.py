@@ -77,8 +77,8 @@ def paged_attention_split_kv_layer(pk, name: str, input, k_cache, v_cache, q_nor
         lo = c[2] * length             # the chunk's key range [lo, hi), packed as lo << 32 | hi
         return (c[0], flags, max_seq, (lo << 32) | min(lo + length, max_seq))
     # no FINITE check: lse is -inf where a chunk holds no key for a row
-    return Layer(name, "paged_attention_split_kv", grid, inputs, outputs, (x.dtype,), fparams=(EPS,),
-                 checks=(NONZERO,), task_iparams=iparams, live=live,
+    return Layer(name, "paged_attention_split_kv", grid, inputs, outputs, (x.dtype,), checks=(NONZERO,),
+                 task_iparams=iparams, live=live,
                  inplace={"k_cache_out": ("k_cache",), "v_cache_out": ("v_cache",)},
                  params={"q_heads": q_heads, "kv_heads": hkv, "head_dim": d, "num_kv_chunks": chunks,
                          "chunk_length": length, "qk_norm": bool(flags & QK_NORM), "rope": bool(flags & ROPE),

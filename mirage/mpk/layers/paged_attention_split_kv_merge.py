@@ -29,6 +29,10 @@ def paged_attention_split_kv_merge_layer(pk, name: str, lse, output_tmp, output,
     grid = check_grid(name, grid_dim, block_dim)
     s = check_tensor(name, "lse", lse, ndim=3, dtype=float32)
     rows, hkv = s.dims[0], s.dims[2]
+    p = pk.params
+    if rows < p["max_num_batched_tokens"]:
+        raise ValueError(f"layer '{name}': lse '{s.name}' has {rows} rows, fewer than max_num_batched_tokens="
+                         f"{p['max_num_batched_tokens']} (a batch's tokens)")
     if d not in HEAD_DIMS:
         raise ValueError(f"layer '{name}': head_dim {d} (attention_params[1]) is not supported; the kernel "
                          f"takes head_dim {', '.join(map(str, HEAD_DIMS))}")
@@ -42,10 +46,6 @@ def paged_attention_split_kv_merge_layer(pk, name: str, lse, output_tmp, output,
     chunks = s.dims[1] // g
     x = check_tensor(name, "output_tmp", output_tmp, ndim=3, dims=(rows, chunks * g * d, hkv), dtype=FLOATS)
     y = check_tensor(name, "output", output, ndim=2, dims=(rows, q_heads * d), dtype=x.dtype)
-    p = pk.params
-    if rows < p["max_num_batched_tokens"]:
-        raise ValueError(f"layer '{name}': lse '{s.name}' has {rows} rows, fewer than max_num_batched_tokens="
-                         f"{p['max_num_batched_tokens']} (a batch's tokens)")
     if grid != (p["max_num_batched_requests"], hkv, 1):
         raise ValueError(f"layer '{name}': grid_dim must be (max_num_batched_requests, num_kv_heads, 1) = "
                          f"({p['max_num_batched_requests']}, {hkv}, 1), got {grid}")

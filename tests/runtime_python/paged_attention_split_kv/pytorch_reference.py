@@ -15,7 +15,7 @@ from mirage.mpk import testing
 
 pa = testing.load_reference(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "paged_attention",
                                          "test_paged_attention.py"))
-attention, write_cache, batch_layout = pa.attention, pa.write_cache, pa.batch_layout
+attention, write_cache, batch_layout = pa.attention, pa.write_cache, pa.batch_layout  # noqa: F401
 
 
 def chunk_length(max_seq: int, chunks: int) -> int:
@@ -85,3 +85,18 @@ def merge(lse: torch.Tensor, output_tmp: torch.Tensor, q_heads: int, head_dim: i
     num = sum(a * o for a, o in zip(wide, os_))
     den = total.repeat_interleave(head_dim, dim=1)
     return torch.where(den > 0, num / torch.where(den > 0, den, 1.0), 0.0)
+
+
+# ---- the batch a test-mode pass lays out, and the inputs around it (paged_attention's helpers)
+
+batch_meta, poison_outside, rope_tables = pa.batch_meta, pa.poison_outside, pa.rope_tables
+
+
+def expected_layout(prompts, steps, page_size, slots, num_pages) -> dict:
+    """The meta tensors the first prepare_next_batch writes when every request fits a slot and the batch
+    (tests/runtime_python/test_mode/test_meta_tensors.py states the rule): slot r is request r with
+    prompt - step new tokens (1 when the prompt is done), pages in order from a fresh free list."""
+    new = [p - s if p > s else 1 for p, s in zip(prompts, steps)]
+    meta = batch_meta(new, list(steps), page_size, num_pages, slots, None, permute=False)
+    meta["num_new_tokens"] = torch.tensor([sum(new)], dtype=torch.int32)
+    return meta

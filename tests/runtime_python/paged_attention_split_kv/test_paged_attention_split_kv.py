@@ -25,37 +25,10 @@ ref = testing.load_reference(__file__)
 TARGETS = [80, 90]       # the worker block: 128 threads (sm_80), 256 (sm_90a / sm_100a)
 
 
-def layout(new, cached, page_size, num_pages, gen, slots):
-    """Meta tensors of requests with new[i] tokens after cached[i] ones in slots 0.., pages permuted; the
-    other slots empty."""
-    perm = torch.randperm(num_pages, generator=gen).tolist()
-    qo, kv, idx, last = [0], [0], [], []
-    for t, c in zip(new, cached):
-        n = -(-(t + c) // page_size)
-        idx += [perm.pop() for _ in range(n)]
-        qo.append(qo[-1] + t)
-        kv.append(kv[-1] + n)
-        last.append(t + c - (n - 1) * page_size)
-    while len(qo) < slots + 1:
-        qo.append(qo[-1])
-        kv.append(kv[-1])
-        last.append(0)
-    i32 = torch.int32
-    return {"qo_indptr_buffer": torch.tensor(qo, dtype=i32), "paged_kv_indptr_buffer": torch.tensor(kv, dtype=i32),
-            "paged_kv_indices_buffer": torch.tensor(idx + [0] * (num_pages - len(idx)), dtype=i32),
-            "paged_kv_last_page_len_buffer": torch.tensor(last, dtype=i32)}
-
-
-def rope_tables(positions, d, dtype):
-    pos = torch.arange(positions)[:, None].double()
-    inv = 1.0 / (10000 ** (torch.arange(0, d, 2).double() / d))
-    ang = torch.cat([pos * inv, pos * inv], -1)
-    return ang.cos().to(dtype), ang.sin().to(dtype)
-
-
 def split_tol(dtype, d, hkv, parts):
     """The partial outputs' budget in the split layout: each chunk's tol_attention, side by side."""
-    tols = [testing.tol_attention(dtype, d, max(p["keys"], 1), p["value_scale"], p["score_scale"]) for p in parts]
+    tols = [testing.tol_attention(dtype, d, max(p["keys"], 1), p["value_scale"], p["score_scale"], p["score_var"])
+            for p in parts]
     cat = lambda xs: torch.cat([ref.to_split(x, hkv) for x in xs], dim=1)      # noqa: E731
     return testing.Tolerance(cat([t.atol for t in tols]), tols[0].rtol, tols[0].why,
                              cat([t.var_abs for t in tols]), tols[0].var_rel), tols
@@ -123,15 +96,16 @@ def run_split(dtype, hq, hkv, d, new, cached, slots, max_seq, chunks, norm, targ
     gen = testing.generator(offset=seed + 97 * d + hq)
     ps = 16
     pages = sum(-(-(t + c) // ps) for t, c in zip(new, cached)) + 2
-    meta = layout(new, cached, ps, pages, gen, slots)
+    meta = ref.batch_meta(list(new), list(cached), ps, pages, slots, gen)        # permuted pages
     rows = sum(new) + 1                                   # one row beyond the batch: never read or written
     qkv = testing.randn((rows, (hq + 2 * hkv) * d), dtype, gen)
-    kc, vc = testing.randn((pages, ps, hkv, d), dtype, gen), testing.randn((pages, ps, hkv, d), dtype, gen)
+    # NaN in every slot outside the requests' cached ranges (run_tasks poisons outside each task's chunk too)
+    kc, vc = (ref.poison_outside(testing.randn((pages, ps, hkv, d), dtype, gen), meta, gen) for _ in range(2))
     t = {"qkv": qkv, "kc": kc, "vc": vc}
     options = {}
     if norm:
         t["qn"], t["kn"] = testing.randn((d,), dtype, gen), testing.randn((d,), dtype, gen)
-        t["cos"], t["sin"] = rope_tables(max_seq, d, dtype)
+        t["cos"], t["sin"] = ref.rope_tables(max_seq, d, dtype)
         options = {"q_norm": t["qn"], "k_norm": t["kn"], "cos": t["cos"], "sin": t["sin"]}
     expect = reference(qkv, kc.clone(), vc.clone(), meta, hq, chunks, max_seq, options)
     kc_want, vc_want, ks, written = ref.write_cache(kc, vc, meta, expect["chunks"][0]["new"])
