@@ -1,4 +1,5 @@
-"""paged_attention_split_kv reference: paged attention's float64 reference (paged_attention/pytorch_reference.py,
+"""paged_attention_split_kv reference: paged attention's float64 reference
+(paged_attention/pytorch_reference.py,
 its page-table walk) run once per key chunk, laid out as the split layer writes it; the merge of the chunks;
 the scale of each row's lse error. Torch only, float64.
 
@@ -6,6 +7,7 @@ Layout facts (layers/paged_attention_split_kv.py): chunk c holds key positions [
 ceil(max_seq_length / num_kv_chunks); output [rows, C G D, Hkv] element (t, (c G + g) D + d, h) and lse
 [rows, C G, Hkv] element (t, c G + g, h) are query head h G + g's partial output and log2-sum-exp.
 """
+
 import math
 import os
 
@@ -13,8 +15,11 @@ import torch
 
 from mirage.mpk import testing
 
-pa = testing.load_reference(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "paged_attention",
-                                         "test_paged_attention.py"))
+pa = testing.load_reference(
+    os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "paged_attention", "test_paged_attention.py"
+    )
+)
 attention, write_cache, batch_layout = pa.attention, pa.write_cache, pa.batch_layout  # noqa: F401
 
 
@@ -34,24 +39,37 @@ def from_split(x: torch.Tensor, chunks: int) -> list[torch.Tensor]:
     return [p.permute(0, 2, 1).reshape(rows, -1) for p in x.chunk(chunks, dim=1)]
 
 
-def lse_sigma(qkv, k_cache, meta, q_heads, q_norm=None, k_norm=None, cos=None, sin=None, eps=1e-6,
-              key_range=(0, 1 << 62)):
-    """[rows, Hq]: max_j sigma_j over each row's keys in key_range (causal), sigma_j = 2 |q|_2 |k_j|_2 / sqrt(D)
+def lse_sigma(
+    qkv,
+    k_cache,
+    meta,
+    q_heads,
+    q_norm=None,
+    k_norm=None,
+    cos=None,
+    sin=None,
+    eps=1e-6,
+    key_range=(0, 1 << 62),
+):
+    """[rows, Hq]: max_j sigma_j over each row's keys in key_range (causal),
+    sigma_j = 2 |q|_2 |k_j|_2 / sqrt(D)
     (the scale of the score s_j's error, testing.tol_attention), 0 for a row without a key."""
     rows = qkv.shape[0]
     hkv, d = k_cache.shape[2], k_cache.shape[3]
     g = q_heads // hkv
     out = torch.zeros(rows, q_heads, dtype=torch.float64)
     for r, first, t, s, pages in batch_layout(meta, k_cache.shape[1]):
-        x = qkv[first:first + t].double().view(t, hkv, g + 2, d)
+        x = qkv[first : first + t].double().view(t, hkv, g + 2, d)
         positions = torch.arange(s - t, s)
         q, _ = pa.rope(pa.rmsnorm(x[:, :, :g], q_norm, eps).reshape(t, hkv * g, d), cos, sin, positions)
         k, _ = pa.rope(pa.rmsnorm(x[:, :, g], k_norm, eps), cos, sin, positions)
-        keys = torch.cat([pa.walk(k_cache, pages, s - t), k]).repeat_interleave(g, dim=1)    # [S, Hq, D]
+        keys = torch.cat([pa.walk(k_cache, pages, s - t), k]).repeat_interleave(g, dim=1)  # [S, Hq, D]
         j = torch.arange(s)
-        allowed = (j[None, :] <= positions[:, None]) & (j[None, :] >= key_range[0]) & (j[None, :] < key_range[1])
-        sigma = 2 * q.norm(dim=-1)[:, :, None] * keys.norm(dim=-1).T[None] / math.sqrt(d)      # [T, Hq, S]
-        out[first:first + t] = torch.where(allowed[:, None, :], sigma, 0.0).amax(-1)
+        allowed = (
+            (j[None, :] <= positions[:, None]) & (j[None, :] >= key_range[0]) & (j[None, :] < key_range[1])
+        )
+        sigma = 2 * q.norm(dim=-1)[:, :, None] * keys.norm(dim=-1).T[None] / math.sqrt(d)  # [T, Hq, S]
+        out[first : first + t] = torch.where(allowed[:, None, :], sigma, 0.0).amax(-1)
     return out
 
 
@@ -76,8 +94,8 @@ def merge(lse: torch.Tensor, output_tmp: torch.Tensor, q_heads: int, head_dim: i
     over the chunks with lse_c > -inf; 0 for a row whose every chunk is -inf."""
     rows, cg, hkv = lse.shape
     chunks = cg // (q_heads // hkv)
-    ls = [x.double() for x in from_split(lse, chunks)]                    # [rows, Hq] each
-    os_ = [x.double() for x in from_split(output_tmp, chunks)]           # [rows, Hq D] each
+    ls = [x.double() for x in from_split(lse, chunks)]  # [rows, Hq] each
+    os_ = [x.double() for x in from_split(output_tmp, chunks)]  # [rows, Hq D] each
     m = torch.stack(ls).amax(0)
     w = [torch.where(torch.isinf(x), 0.0, torch.exp2(x - torch.where(torch.isinf(m), 0.0, m))) for x in ls]
     total = sum(w)
