@@ -262,12 +262,6 @@ def tol_splitk_linear(dtype: DType | torch.dtype, terms: int, adds: int, scale: 
                      f"{rounds.why}", sums.var_abs + rounds.var_abs - floor**2 / 3, sums.var_rel)
 
 
-def _add(a: Tolerance, b: Tolerance, dtype, why: str) -> Tolerance:
-    """Two budgets' terms of one output added (one rounding floor; a's rtol: b contributes atol only)."""
-    floor = _TINY[to_dtype(dtype).torch] / 2
-    return Tolerance(a.atol + b.atol - floor, a.rtol, why, a.var_abs + b.var_abs - floor**2 / 3, a.var_rel)
-
-
 def tol_attention_lse(dtype: DType | torch.dtype, head_dim: int, keys: int, sigma: torch.Tensor) -> Tolerance:
     """A split-KV chunk's lse (float32, log2 units; module doc, "Split-KV attention"): sigma = max_j sigma_j
     per row and query head over the chunk's keys (0 without a key); keys: the most keys a row attends;
@@ -276,7 +270,9 @@ def tol_attention_lse(dtype: DType | torch.dtype, head_dim: int, keys: int, sigm
                        input_rounding=dtype)
     sums = tolerance(torch.float32, k=keys + keys // 32 + 8, scale=1 / math.log(2) + math.log2(max(keys, 2)),
                      ops=4)
-    return _add(sums, scores, torch.float32, f"lse over {keys} keys: {sums.why}; scores: {scores.why}")
+    floor = _TINY[torch.float32] / 2
+    return Tolerance(sums.atol + scores.atol - floor, sums.rtol, f"lse over {keys} keys: {sums.why}; scores: "
+                     f"{scores.why}", sums.var_abs + scores.var_abs - floor**2 / 3, sums.var_rel)
 
 
 def tol_attention_merge(dtype: DType | torch.dtype, head_dim: int, lse: list, outs: list, chunk_tols: list,
@@ -286,8 +282,7 @@ def tol_attention_merge(dtype: DType | torch.dtype, head_dim: int, lse: list, ou
     the budget of the kernel's partial output (same layout; None: exact) and lse_tols[c] of its lse
     ([rows, Hq]; None: exact)."""
     ls = [x.double().repeat_interleave(head_dim, dim=-1) for x in lse]
-    m = torch.stack(ls).amax(0)
-    m = torch.where(torch.isinf(m), 0.0, m)
+    m = torch.stack(ls).amax(0).nan_to_num(0.0, 0.0, 0.0)     # -inf (no chunk holds a key): 0
     w = [torch.where(torch.isinf(x), 0.0, torch.exp2(x - m)) for x in ls]
     total = sum(w)
     pi = [torch.where(total > 0, x / torch.where(total > 0, total, 1.0), 0.0) for x in w]
@@ -295,9 +290,7 @@ def tol_attention_merge(dtype: DType | torch.dtype, head_dim: int, lse: list, ou
     value_scale = sum(p * x.double().abs() for p, x in zip(pi, outs))
     merge = tolerance(dtype, k=2 * len(outs) + 1, scale=value_scale, ops=2)
     atol, sig = merge.atol, 0.0
-    for p, x, l_c, ct, lt in zip(pi, outs, ls, chunk_tols, lse_tols):
-        live = p > 0
-        x = x.double()
+    for p, x, l_c, ct, lt in zip(pi, (x.double() for x in outs), ls, chunk_tols, lse_tols):
         e, s = 0.0, 0.0
         if ct is not None:
             e = torch.as_tensor(ct.atol, dtype=torch.float64) + ct.rtol * x.abs()
@@ -309,7 +302,7 @@ def tol_attention_merge(dtype: DType | torch.dtype, head_dim: int, lse: list, ou
                       .repeat_interleave(head_dim, -1) for t in (lt.atol, lt.var_abs))
             d, sd = d + la + lt.rtol * l_c.abs(), sd + (lv + lt.var_rel * l_c * l_c).sqrt()
         spread = math.log(2) * p * (x - o).abs()
-        atol = atol + torch.where(live, p * e + spread * d, 0.0)
-        sig = sig + torch.where(live, p * s + spread * sd, 0.0)
+        atol = atol + torch.where(p > 0, p * e + spread * d, 0.0)
+        sig = sig + torch.where(p > 0, p * s + spread * sd, 0.0)
     return Tolerance(atol, merge.rtol, f"merge of {len(outs)} chunks: {merge.why}; the chunks' budgets",
                      merge.var_abs + sig * sig, merge.var_rel)
