@@ -78,9 +78,10 @@ def check_attention(pk, name: str, input, k_cache, v_cache, q_norm, k_norm, cos_
 
 
 def live_parts(meta: dict, r: int, page_size: int, cache_dims, rows: int,
-               written: tuple[int, int] | None = None):
+               keys: tuple[int, int] | None = None):
     """Masks of request slot r's rows (of `rows`) and of its cache slots: those it reads (positions before
-    its new tokens; with `written` = [lo, hi), every position outside it) and those it writes."""
+    its new tokens) and those it writes (its new tokens'), both within the key range `keys` = [lo, hi)
+    when given (a split-KV chunk), else every position of the request."""
     qo, kv = meta["qo_indptr_buffer"].tolist(), meta["paged_kv_indptr_buffer"].tolist()
     first, t = qo[r], qo[r + 1] - qo[r]
     pages = meta["paged_kv_indices_buffer"][kv[r]:kv[r + 1]].long().cpu()
@@ -88,11 +89,12 @@ def live_parts(meta: dict, r: int, page_size: int, cache_dims, rows: int,
     s = (len(pages) - 1) * page_size + last if len(pages) and t > 0 else 0
     row = torch.zeros(rows, dtype=torch.bool)
     row[max(first, 0):max(first + t, 0)] = True
-    lo, hi = written if written is not None else (s - t, s)
     pos = torch.arange(max(min(s, len(pages) * page_size), 0))
+    if keys is not None:
+        pos = pos[(pos >= keys[0]) & (pos < keys[1])]
     page = pages[pos // page_size]
     ok = (page >= 0) & (page < cache_dims[0])
-    new = (pos >= lo) & (pos < hi)
+    new = pos >= s - t
     # per (page, slot), broadcast over heads and head_dim: a view, not a cache-sized mask per task
     read = torch.zeros(cache_dims[:2], dtype=torch.bool)
     wrote = torch.zeros(cache_dims[:2], dtype=torch.bool)

@@ -50,6 +50,8 @@ from .tolerances import (
     U32,
     Tolerance,
     tol_attention,
+    tol_attention_lse,
+    tol_attention_merge,
     tol_elementwise,
     tol_linear,
     tol_normalization,
@@ -71,7 +73,8 @@ __all__ = [
     "load_reference", "keep_failure", "failure_dir",
     "randn", "seed", "ONE_RANK", "TP_KINDS", "WRONG_SHARD_ENV", "CaseSkipped", "World", "all_ranks_agree",
     "layer_tp", "mpiexec", "mpirun", "on_all_ranks", "rank_lines", "script_world", "check_scalars",
-    "RMS_LIMIT", "RMS_MIN_N", "U32", "Tolerance", "tol_attention", "tol_qk_norm_rope", "tol_elementwise",
+    "RMS_LIMIT", "RMS_MIN_N", "U32", "Tolerance", "tol_attention", "tol_attention_lse", "tol_attention_merge",
+    "tol_qk_norm_rope", "tol_elementwise",
     "tol_linear", "tol_normalization",
     "tol_rmsnorm", "tol_rmsnorm_linear", "tol_splitk_linear", "tolerance",
 ]

@@ -72,6 +72,28 @@ y <- round_T(y + p_j) in an order the schedule decides. Two error sources, each 
     partial's own size, ~|p_j|, far outside. A task run alone (kernel level) is the case s = 1 over its
     own slice: y_0 + p_j, one add.
 
+Split-KV attention (tol_attention_lse, tol_attention_merge; csrc/tasks/paged_attention_split_kv*.cuh). Each
+chunk c is an attention over its keys (tol_attention with that chunk's key count and scales) that also
+writes lse_c = log2 sum_j exp(s_j) = m + log2 l in fp32 (m the max of the log2-scaled scores, l = sum_j
+exp2(s_j - m) in [1, n]):
+    lse's error (tol_attention_lse): the scores move a log-sum-exp by at most the largest score error, in
+               log2 units log2(e) eps_s sigma_max (eps_s as above, sigma_max = max_j sigma_j over the chunk's
+               keys: a `tolerance` term k = 2 D + 20, input_rounding = the cache's dtype, scale log2(e)
+               sigma_max); l's relative error (n + n / 32 + 4 roundings of the online sum and its rescales, 4
+               more for exp2's own) becomes log2(e) times it, absolute, and log2f's few ulps of log2 l <=
+               log2 n: k = n + n / 32 + 8 of scale log2(e) + log2 n; m + log2 l rounds relative to |lse|
+               (ops 4).
+    the merge (tol_attention_merge): o = sum_c w_c o_c / W, w_c = 2^(lse_c - m), pi_c = w_c / W. A chunk
+               output off by e_c (its budget, atol + rtol |o_c|: its attention and its rounding to the dtype,
+               u_out in rtol) moves o by sum_c pi_c e_c; an lse_c off by D_c (its budget, plus the merge's
+               own rounding of lse_c - m, u32 |lse_c - m|, and exp2f's few ulps, 3 u32 / ln 2) scales w_c by
+               2^D_c, and d o / d ln w_c = pi_c (o_c - o) gives ln 2 sum_c pi_c |o_c - o| D_c (m's own error
+               cancels in the ratio); the merge's fp32 sums over C chunks (numerator and denominator, the
+               products and the division: k = 2 C + 1 of value_scale = sum_c pi_c |o_c|) and its output
+               rounding (rtol). The statistical model adds the chunks' sigmas linearly (any correlation:
+               Minkowski), the merge's own as independent roundings. A merge that ignores lse (equal weights)
+               or takes lse in natural-log units moves o by pi_c |o_c - o| itself, far outside.
+
 These are worst-case bounds, not fitted thresholds: a missed tile, a wrong column or a
 dropped dependency produces errors of the size of |ref| itself, far outside them in fp32.
 For bf16/fp16 chains the tight check is per layer (each layer's reference applied to the
@@ -122,6 +144,7 @@ h-1 at h=4096). So each comparison also checks the errors against a statistical 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -227,7 +250,6 @@ def tol_qk_norm_rope(dtype: DType | torch.dtype, head_dim: int, scale: torch.Ten
     return tolerance(dtype, k=head_dim // 2 + 9, scale=scale, ops=0)
 
 
-
 def tol_splitk_linear(dtype: DType | torch.dtype, terms: int, adds: int, scale: torch.Tensor,
                       acc_scale: torch.Tensor) -> Tolerance:
     """y += x @ W^T split over K (module doc, "Split-K accumulate"): `adds` atomic adds into y, each of an
@@ -238,3 +260,49 @@ def tol_splitk_linear(dtype: DType | torch.dtype, terms: int, adds: int, scale: 
     floor = _TINY[to_dtype(dtype).torch] / 2
     return Tolerance(sums.atol + rounds.atol - floor, sums.rtol, f"split-K, {adds} add(s): {sums.why}; adds: "
                      f"{rounds.why}", sums.var_abs + rounds.var_abs - floor**2 / 3, sums.var_rel)
+
+
+def tol_attention_lse(dtype: DType | torch.dtype, head_dim: int, keys: int, sigma: torch.Tensor) -> Tolerance:
+    """A split-KV chunk's lse (float32, log2 units; module doc, "Split-KV attention"): sigma = max_j sigma_j
+    per row and query head over the chunk's keys (0 without a key); keys: the most keys a row attends;
+    dtype: the cache's (its new keys' rounding)."""
+    scores = tolerance(torch.float32, k=2 * head_dim + 20, scale=sigma * (1 / math.log(2)), ops=0,
+                       input_rounding=dtype)
+    sums = tolerance(torch.float32, k=keys + keys // 32 + 8, scale=1 / math.log(2) + math.log2(max(keys, 2)),
+                     ops=4)
+    floor = _TINY[torch.float32] / 2
+    return Tolerance(sums.atol + scores.atol - floor, sums.rtol, f"lse over {keys} keys: {sums.why}; scores: "
+                     f"{scores.why}", sums.var_abs + scores.var_abs - floor**2 / 3, sums.var_rel)
+
+
+def tol_attention_merge(dtype: DType | torch.dtype, head_dim: int, lse: list, outs: list, chunk_tols: list,
+                        lse_tols: list) -> Tolerance:
+    """The split-KV merge's output (module doc, "Split-KV attention"), per chunk c: lse[c] the reference lse
+    [rows, Hq] (-inf: no key), outs[c] the reference partial output [rows, Hq * head_dim], chunk_tols[c]
+    the budget of the kernel's partial output (same layout; None: exact) and lse_tols[c] of its lse
+    ([rows, Hq]; None: exact)."""
+    ls = [x.double().repeat_interleave(head_dim, dim=-1) for x in lse]
+    m = torch.stack(ls).amax(0).nan_to_num(0.0, 0.0, 0.0)     # -inf (no chunk holds a key): 0
+    w = [torch.where(torch.isinf(x), 0.0, torch.exp2(x - m)) for x in ls]
+    total = sum(w)
+    pi = [torch.where(total > 0, x / torch.where(total > 0, total, 1.0), 0.0) for x in w]
+    o = sum(p * x.double() for p, x in zip(pi, outs))
+    value_scale = sum(p * x.double().abs() for p, x in zip(pi, outs))
+    merge = tolerance(dtype, k=2 * len(outs) + 1, scale=value_scale, ops=2)
+    atol, sig = merge.atol, 0.0
+    for p, x, l_c, ct, lt in zip(pi, (x.double() for x in outs), ls, chunk_tols, lse_tols):
+        e, s = 0.0, 0.0
+        if ct is not None:
+            e = torch.as_tensor(ct.atol, dtype=torch.float64) + ct.rtol * x.abs()
+            s = (torch.as_tensor(ct.var_abs, dtype=torch.float64) + ct.var_rel * x * x).sqrt()
+        own = U32 * ((l_c - m).abs() + 3 / math.log(2))
+        d, sd = own, own / math.sqrt(3)
+        if lt is not None:
+            la, lv = (torch.as_tensor(t, dtype=torch.float64).expand(lse[0].shape)
+                      .repeat_interleave(head_dim, -1) for t in (lt.atol, lt.var_abs))
+            d, sd = d + la + lt.rtol * l_c.abs(), sd + (lv + lt.var_rel * l_c * l_c).sqrt()
+        spread = math.log(2) * p * (x - o).abs()
+        atol = atol + torch.where(p > 0, p * e + spread * d, 0.0)
+        sig = sig + torch.where(p > 0, p * s + spread * sd, 0.0)
+    return Tolerance(atol, merge.rtol, f"merge of {len(outs)} chunks: {merge.why}; the chunks' budgets",
+                     merge.var_abs + sig * sig, merge.var_rel)
