@@ -118,3 +118,24 @@ def expected_layout(prompts, steps, page_size, slots, num_pages) -> dict:
     meta = batch_meta(new, list(steps), page_size, num_pages, slots, None, permute=False)
     meta["num_new_tokens"] = torch.tensor([sum(new)], dtype=torch.int32)
     return meta
+
+
+def testmode_inputs(dtype, hq, hkv, d, ps, prompts, steps, norm, max_seq, slots, batch, gen, nan=True):
+    """What a split-KV test-mode case attaches (both folders' test-mode tests): the page count (every
+    request's pages plus two no request owns), the layout prepare_next_batch will give, the packed input,
+    the caches (NaN, or std-100 noise, outside every cached range), the q/k norms and RoPE tables (norm:
+    both on, else None) and the meta-tensor overrides a user passes."""
+    pages = sum(-(-(max(p - s, 1) + s) // ps) for p, s in zip(prompts, steps)) + 2
+    meta = expected_layout(prompts, steps, ps, slots, pages)
+    qkv = testing.randn((batch, (hq + 2 * hkv) * d), dtype, gen)
+    k_cache, v_cache = (poison_outside(testing.randn((pages, ps, hkv, d), dtype, gen), meta, gen, nan=nan)
+                        for _ in range(2))
+    options = dict.fromkeys(("q_norm", "k_norm", "cos", "sin"))
+    if norm:
+        options["q_norm"], options["k_norm"] = (testing.randn((d,), dtype, gen, scale=0.5) + 1.0
+                                                for _ in range(2))
+        options["cos"], options["sin"] = rope_tables(max_seq, d, dtype)
+    overrides = {"prompt_lengths": torch.tensor(prompts, dtype=torch.int32),
+                 "step": torch.tensor(steps, dtype=torch.int32)}
+    return pages, meta, qkv, k_cache, v_cache, options, overrides
+

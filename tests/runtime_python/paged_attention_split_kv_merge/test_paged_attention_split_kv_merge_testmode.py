@@ -74,22 +74,8 @@ def run_case(
         raise testing.CaseSkipped(f"{hkv} KV heads do not split across {world.size} ranks")
     key = CASES.index((hq, hkv, d, ps, prompts, steps, norm, max_seq, batch, slots, chunks))
     gen = testing.generator(offset=1000 * key + d + 7)
-    pages = sum(-(-(max(p - s, 1) + s) // ps) for p, s in zip(prompts, steps)) + 2  # two no request owns
-    meta = ref.expected_layout(prompts, steps, ps, slots, pages)
-    qkv = testing.randn((batch, (hq + 2 * hkv) * d), dtype, gen)
-    k_cache = ref.poison_outside(testing.randn((pages, ps, hkv, d), dtype, gen), meta, gen, nan=False)
-    v_cache = ref.poison_outside(testing.randn((pages, ps, hkv, d), dtype, gen), meta, gen, nan=False)
-    options = {}
-    if norm:
-        options = {
-            "q_norm": testing.randn((d,), dtype, gen, scale=0.5) + 1.0,
-            "k_norm": testing.randn((d,), dtype, gen, scale=0.5) + 1.0,
-        }
-        options["cos"], options["sin"] = ref.rope_tables(max_seq, d, dtype)
-    overrides = {
-        "prompt_lengths": torch.tensor(prompts, dtype=torch.int32),
-        "step": torch.tensor(steps, dtype=torch.int32),
-    }
+    pages, meta, qkv, k_cache, v_cache, options, overrides = ref.split.testmode_inputs(
+        dtype, hq, hkv, d, ps, prompts, steps, norm, max_seq, slots, batch, gen, nan=False)
     pk = PersistentKernel(
         **testing.cpu_config(
             jitter_seed=jitter,
