@@ -241,13 +241,12 @@ __device__ void paged_attention_rows(const TaskView& v) {
     }
 }
 
-// head_dim -> NV (the layer allows 64, 128 and 256: layers/paged_attention.py HEAD_DIMS)
+// head_dim -> NV (the layer allows 64 and 128: layers/paged_attention.py HEAD_DIMS)
 #define MPK_ATTN_DISPATCH(fn, T, v)                                                           \
     switch (v.in_tile(1).dims[3]) {                                                           \
         case 64: fn<T, 2>(v); break;                                                          \
         case 128: fn<T, 4>(v); break;                                                         \
-        case 256: fn<T, 8>(v); break;                                                         \
-        default: task_fail("paged_attention: head_dim is not 64, 128 or 256");                \
+        default: task_fail("paged_attention: head_dim is not 64 or 128");                     \
     }
 
 // ---- dispatch

@@ -43,7 +43,8 @@ template <typename T> struct AtomicAddStore {
             const uintptr_t a = reinterpret_cast<uintptr_t>(p);
             unsigned int* word = reinterpret_cast<unsigned int*>(a & ~uintptr_t(3));
             const unsigned int shift = unsigned(a & 2) * 8;  // the element's bits in its word (little-endian)
-            unsigned int old = *word, assumed;
+            // an atomic read (a CAS that changes nothing): a plain read races with the other adders' CAS
+            unsigned int old = atomicCAS(word, 0u, 0u), assumed;
             do {  // scalar memcpys only (registers: no stack frame under nvcc)
                 assumed = old;
                 const uint16_t cur_bits = uint16_t(assumed >> shift);

@@ -97,7 +97,7 @@ def ptxas_report(text: str) -> dict[tuple[str, str], dict]:
 
 
 def nvcc(src_path: str, archs: list[str], out: str) -> str:
-    cmd = [NVCC, "-std=c++17", "-x", "cu", "-c", "-O3", "-Xptxas", "-v", *gencode(archs),
+    cmd = [NVCC, "-std=c++17", "-x", "cu", "-c", "-O3", "--threads", "0", "-Xptxas", "-v", *gencode(archs),
            "-I", build.csrc_dir(), src_path, "-o", out]
     print("$", " ".join(cmd))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)

@@ -24,7 +24,9 @@ TASK_TYPE = 116          # MPK's TASK_PAGED_ATTENTION_1
 # [r*Hkv/W, (r+1)*Hkv/W) with their query groups (the packed input's columns), their cache heads and
 # their output columns; norms and RoPE tables whole.
 TP = "heads"
-HEAD_DIMS = (64, 128, 256)   # the kernel's lane layout: D / 32 elements per lane, RoPE pairs in one lane
+# The kernel's lane layout (D / 32 elements per lane, RoPE pairs in one lane) works for any multiple of 64;
+# these are the ones instantiated and tested (each one more kernel per dtype in every module's dispatcher).
+HEAD_DIMS = (64, 128)
 EPS = 1e-6                   # MPK's q/k norm epsilon, fixed in its kernels and in ours (ATTN_EPS)
 QK_NORM, ROPE = 1, 2         # iparam(1) flags
 

@@ -128,7 +128,7 @@ def test_paged_attention_refuses_bad_arguments():
     out7 = z(8, 7 * 64)
     cases = [
         (dict(k_cache=bad_d, v_cache=bad_d_v, input=qkv96, output=z(8, 8 * 96)),
-         r"head_dim 96 .* the kernel takes head_dim 64, 128, 256"),
+         r"head_dim 96 .* the kernel takes head_dim 64, 128"),
         (dict(output=out7), r"7 query heads for 2 KV heads .* positive multiple"),
         (dict(input=qkv_f), r"'t3' \(output\) has dtype bfloat16, expected float32"),
         (dict(k_cache=kc_pages), r"dim 0 is 3, expected 4"),

@@ -118,7 +118,7 @@ def test_paged_attention_split_kv_merge_refuses_bad_arguments():
         (
             dict(attention_params=(8, 96)),
             r"head_dim 96 \(attention_params\[1\]\) is not supported; the kernel takes "
-            r"head_dim 64, 128, 256",
+            r"head_dim 64, 128",
         ),
         (dict(attention_params=(5, 64)), r"5 query heads for 2 KV heads"),
         (dict(attention_params=(8,)), r"attention_params must be \(num_q_heads, head_dim\)"),
