@@ -130,7 +130,8 @@ def usage(tmp_path_factory) -> dict[str, dict[str, int]]:
     # --threads 0: the architectures compile in parallel (one per core); ptxas on the every-variant
     # dispatcher is the suite's longest single step
     cmd = [NVCC, "-std=c++17", "-x", "cu", "-c", "-O3", "--threads", "0", "-DMPK_BACKEND_CUDA",
-           "-DMPK_TEST_MODE", "-Xptxas", "-v", *gencode, "-I", build.csrc_dir(), str(src), "-o", str(d / "module.o")]
+           "-DMPK_TEST_MODE", "-Xptxas", "-v", *gencode, "-I", build.csrc_dir(), str(src), "-o",
+           str(d / "module.o")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, f"nvcc failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}"
     found = persistent_kernel_usage(proc.stdout + proc.stderr)
