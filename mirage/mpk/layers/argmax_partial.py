@@ -3,8 +3,9 @@
 input [batch, vocab] logits (bf16, fp16, fp32) -> output=(value, index), each [batch, num_tasks]:
   value[b, t] = input[b, i] (its bits, in the logits' dtype, as MPK), index[b, t] = i (int64, as MPK),
   i the first maximum (torch.argmax's rule, NaN first: layers/argmax.py) of input[b, t*C:(t+1)*C],
-  C = vocab / grid.x. i is the GLOBAL vocabulary index; MPK's is relative to t*C and its reduce adds t*C
-  back (docs/mpk_differences.md). argmax_reduce_layer picks the final one. Kernel: csrc/tasks/argmax_partial.cuh.
+  C = vocab / grid.x. i is the GLOBAL vocabulary index; MPK's is relative to t*C and its reduce adds
+  t*C back (docs/mpk_differences.md). argmax_reduce_layer picks the final one.
+Kernel: csrc/tasks/argmax_partial.cuh.
 Partition maps, as MPK's: input (1, 0, -1), value and index (1, 0, -1): grid.x splits the vocabulary
 (num_tasks = grid.x = value's dim 1), grid.y the batch. A grid.x that does not divide vocab is refused,
 naming the sizes that do (151,936 = 2^7 * 1187: 1, 2, 4, ..., 128).

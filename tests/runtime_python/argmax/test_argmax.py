@@ -79,8 +79,8 @@ def test_argmax_refuses_bad_arguments():
         kw = {**dict(input=x, output=ids, grid_dim=(1, 1, 1), block_dim=(128, 1, 1)), **change}
         with pytest.raises(ValueError, match=f"layer 'argmax_0': {message}"):
             pk.argmax_layer(**kw)
-    testing.say(f"BAD_INPUT argmax_layer: {len(cases)} bad calls refused, each naming layer, tensor and sizes "
-                f"PASS")
+    testing.say(f"BAD_INPUT argmax_layer: {len(cases)} bad calls refused, each naming layer, tensor and "
+                f"sizes PASS")
     pk.finalize()
 
 

@@ -18,7 +18,8 @@ import torch
 from mirage.mpk import testing
 
 ref = testing.load_reference(__file__)
-ARGMAX = testing.load_reference(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "argmax", "x.py"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ARGMAX = testing.load_reference(os.path.join(HERE, "..", "argmax", "x.py"))
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 TARGETS = [80, 90]       # the worker block: 128 threads (sm_80), 256 (sm_90a / sm_100a)
@@ -43,7 +44,8 @@ def run_kernel(x, grid, target_cc, value=None, index=None):
     name = f"{run.layer.name}[kernel,{str(x.dtype)[6:]},{tuple(x.shape)},grid={grid},cc={target_cc}]"
     testing.assert_equal(f"{name}.index", index, want_index)
     bits = BITS[x.element_size()]
-    testing.assert_equal(f"{name}.value[bits]", value.contiguous().view(bits), want_value.contiguous().view(bits))
+    testing.assert_equal(f"{name}.value[bits]", value.contiguous().view(bits),
+                         want_value.contiguous().view(bits))
     return run
 
 
