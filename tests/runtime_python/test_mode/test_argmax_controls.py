@@ -73,7 +73,8 @@ def test_b_a_partial_index_without_its_vocabulary_start_fails(tmp_path):
     msg = caught("(b)", e.value)
     # tasks 1 and 2 (ranges [500, 1000) and [1000, 1500)) write their relative index: 500 and 1000 less
     assert "'argmax_partial_0[kernel,bfloat16,(2, 1500),grid=(3, 1),cc=80].index' is not equal:\n" \
-        "  actual   [[465, 298, 499], [0, 400, 205]]\n  expected [[465, 798, 1499], [0, 900, 1205]]" in msg, msg
+        "  actual   [[465, 298, 499], [0, 400, 205]]\n  expected [[465, 798, 1499], [0, 900, 1205]]" \
+        in msg, msg
 
 
 def test_c_the_reduce_preferring_the_later_task_on_ties_fails(tmp_path):
