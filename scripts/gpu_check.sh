@@ -104,10 +104,19 @@ case $MODE in
     stage executor 300 env MPK_CACHE_DIR="$OUTDIR/cpu_cache" "$PY" scripts/gpu_stages.py executor --repeat 3
     CACHE=$OUTDIR/gpu_cache prepare executor
     # Every layer folder as the run mode's layers stage loads it (MPK_TEST_DEVICE=cuda): an import
-    # error or a refusal at collection on the CUDA path fails here, without a GPU.
+    # error or a refusal at collection on the CUDA path fails here, without a GPU. One process collects
+    # them all (a torch import each cost more than the collections); a stage per folder all the same.
+    timeout -s KILL 300 env MPK_TEST_DEVICE=cuda "$PY" scripts/gpu_stages.py --out "$OUTDIR" collect \
+        "${LAYERS[@]}" > "$OUTDIR/collect.log" 2>&1
+    collected=$?
     for dir in "${LAYERS[@]}"; do
-        stage "collect:${dir##*/}" 60 env MPK_TEST_DEVICE=cuda \
-            "$PY" -m pytest --collect-only -q -p no:cacheprovider "$dir"
+        code= seconds=
+        read -r code seconds < <(sed -n "s/^COLLECT ${dir##*/} //p" "$OUTDIR/collect.log")
+        case ${code:-none} in
+            0) record "collect:${dir##*/}" PASS "$seconds" ;;
+            none) fail "collect:${dir##*/}" "not collected: the collecting process exited $collected" ;;
+            *) record "collect:${dir##*/}" "FAIL(exit $code)" "$seconds" "$(tail -n 1 "$OUTDIR/collect_${dir##*/}.log")" ;;
+        esac
     done
     skip layers "the layer tests need a GPU; each folder was collected on the CUDA path above"
     skip sanitizers "compute-sanitizer needs a GPU" ;;

@@ -9,6 +9,9 @@
             launch is enqueued on the stream and pk.wait() collects it), then one test-mode pass (poison
             + written check); the outputs must equal the inputs bit for bit
   small     one chain launch with 2 workers (what compute-sanitizer runs)
+  collect   pytest --collect-only of each layer folder given (--dry-run, MPK_TEST_DEVICE=cuda), all in
+            this one process (one torch import, not one per folder): <--out>/collect_<folder>.log each,
+            and a line "COLLECT <folder> <pytest exit code> <seconds>" per folder
 
 On a machine without a GPU the same code runs on the CPU backend (gpu_check.sh --dry-run), so the
 script is exercised where CI runs. Prints one JSON line per result, prefixed "RESULT ".
@@ -124,11 +127,29 @@ def run_graph(topology: str, workers: int, repeat: int) -> bool:
     return exact and passes == repeat
 
 
+def stage_collect(folders: list[str], out: str) -> None:
+    import contextlib
+
+    import pytest
+
+    for folder in folders:
+        name, start = os.path.basename(folder.rstrip("/")), time.monotonic()
+        with open(os.path.join(out, f"collect_{name}.log"), "w") as log, contextlib.redirect_stdout(log), \
+                contextlib.redirect_stderr(log):
+            code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", folder])
+        print(f"COLLECT {name} {int(code)} {time.monotonic() - start:.3f}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", choices=["props", "executor", "small"])
+    ap.add_argument("stage", choices=["props", "executor", "small", "collect"])
     ap.add_argument("--repeat", type=int, default=100)
+    ap.add_argument("--out", default=".")
+    ap.add_argument("folders", nargs="*")
     args = ap.parse_args()
+    if args.stage == "collect":
+        stage_collect(args.folders, args.out)
+        return 0
     if args.stage == "props":
         stage_props()
         return 0

@@ -5,8 +5,9 @@
 # Usage: tests/csrc/run_runtime_tests.sh [plain|small|thread|address ...]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out="${TMPDIR:-/tmp}/mpk_runtime_tests"
-mkdir -p "$out"
+# a directory of its own: the suite runs modes in parallel (pytest-xdist), and checkouts may share /tmp
+out="$(mktemp -d "${TMPDIR:-/tmp}/mpk_runtime_tests.XXXXXX")"
+trap 'rm -rf "$out"' EXIT
 tests=(test_runtime test_guard)   # test_guard.cpp: csrc/runtime/guard.h alone
 for mode in "${@:-plain small thread address}"; do
   for m in $mode; do

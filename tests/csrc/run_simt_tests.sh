@@ -10,8 +10,9 @@
 # Usage: tests/csrc/run_simt_tests.sh [plain|ucontext|thread|address|refuse|aarch64 ...]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out="${TMPDIR:-/tmp}/mpk_simt_tests"
-mkdir -p "$out"
+# a directory of its own: the suite runs modes in parallel (pytest-xdist), and checkouts may share /tmp
+out="$(mktemp -d "${TMPDIR:-/tmp}/mpk_simt_tests.XXXXXX")"
+trap 'rm -rf "$out"' EXIT
 base=(g++ -std=c++17 -O2 -pthread -Wall -Wextra -Werror -Icsrc tests/csrc/test_simt.cpp)
 
 # expect NAME WANT_RC PATTERN|"" FORBIDDEN|"" -- CMD...: run, check the exit code and the output
