@@ -39,9 +39,11 @@ MPK_DEVICE MPK_INLINE bool argmax_beats(uint64_t a, uint64_t b) {
     return oa > ob || (oa == ob && static_cast<uint32_t>(a) < static_cast<uint32_t>(b));
 }
 
-// Calls done(r, best key of row r) once per row of x's tile, from one thread (see the header).
-template <typename T, typename F>
-__device__ void argmax_rows(const T* x, const Tile2D& xt, F&& done) {
+// Calls done(r, best key of row r) once per row of x's tile, from one thread (see the header), the
+// values ranked being score(r)(column, x[r, column] as float): argmax_rows ranks x itself;
+// sampling_sm100.cuh adds each column's Gumbel noise (score(r) computes the row's key once).
+template <typename T, typename S, typename F>
+__device__ void argmax_rows_by(const T* x, const Tile2D& xt, S&& score, F&& done) {
     const int warps = static_cast<int>(blockDim.x) / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int64_t pass_rows = static_cast<int64_t>(smem_bytes() / sizeof(uint64_t)) / warps;
     if (pass_rows < 1) pass_rows = 1;
@@ -50,9 +52,10 @@ __device__ void argmax_rows(const T* x, const Tile2D& xt, F&& done) {
         const int64_t n = xt.rows - r0 < pass_rows ? xt.rows - r0 : pass_rows;
         for (int64_t i = 0; i < n; ++i) {
             const T* xr = x + (r0 + i) * xt.row_stride;
+            const auto value = score(r0 + i);
             uint64_t best = 0;
             for (int64_t c = threadIdx.x; c < xt.cols; c += blockDim.x) {
-                const uint64_t k = argmax_key(argmax_order(to_float(xr[c * xt.col_stride])), c);
+                const uint64_t k = argmax_key(argmax_order(value(c, to_float(xr[c * xt.col_stride]))), c);
                 if (argmax_beats(k, best)) best = k;
             }
             for (int offset = 16; offset > 0; offset >>= 1) {
@@ -70,6 +73,11 @@ __device__ void argmax_rows(const T* x, const Tile2D& xt, F&& done) {
         }
         if (r0 + pass_rows < xt.rows) __syncthreads();
     }
+}
+
+template <typename T, typename F>
+__device__ void argmax_rows(const T* x, const Tile2D& xt, F&& done) {
+    argmax_rows_by<T>(x, xt, [](int64_t) { return [](int64_t, float f) { return f; }; }, done);
 }
 
 // ---- dispatch

@@ -21,11 +21,11 @@ TP = "replicated"
 MAX_VOCAB = 2 ** 32      # the kernel packs a column into 32 bits
 
 
-def check_logits(name: str, input) -> tuple:
+def check_logits(name: str, input, role: str = "input") -> tuple:
     """The logits [batch, vocab], vocab below MAX_VOCAB; returns (tensor, batch, vocab)."""
-    x = check_tensor(name, "input", input, ndim=2, dtype=FLOATS)
+    x = check_tensor(name, role, input, ndim=2, dtype=FLOATS)
     if x.dims[1] >= MAX_VOCAB:
-        raise ValueError(f"layer '{name}': tensor '{x.name}' (input) has {x.dims[1]} columns; at most "
+        raise ValueError(f"layer '{name}': tensor '{x.name}' ({role}) has {x.dims[1]} columns; at most "
                          f"{MAX_VOCAB - 1} (the kernel packs a column index into 32 bits)")
     return x, x.dims[0], x.dims[1]
 
