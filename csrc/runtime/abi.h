@@ -5,7 +5,7 @@
 #pragma once
 #include <stdint.h>
 
-#define MPK_ABI_VERSION 10
+#define MPK_ABI_VERSION 11
 #define MPK_MAX_DIMS 4
 #define MPK_MAX_TILES 12     // inputs + outputs of one task (paged attention with its options: 11)
 #define MPK_MAX_TRIGGERS 8   // docs/dependencies.md: more than this and the graph builder coarsens
@@ -112,6 +112,7 @@ typedef struct {
     int32_t* paged_kv_indptr_buffer;  // [max_num_batched_requests + 1]
     int32_t* paged_kv_indices_buffer; // [max_num_pages]
     int32_t* paged_kv_last_page_len_buffer; // [max_num_batched_requests]
+    int32_t* request_ids;             // [max_num_batched_requests]: slot s's request, -1 past the last
 } MpkMeta;
 
 typedef struct {

@@ -126,7 +126,7 @@ MPK_HOST_DEVICE inline bool schedule_slot(RequestState& st, const MpkMeta& m, co
 
 // ---- init_kernel
 
-// MODE_OFFLINE: no active request, qo/kv indptr zeroed, every page free in order.
+// MODE_OFFLINE: no active request, qo/kv indptr zeroed, request_ids -1, every page free in order.
 // step is kept: step[r] tokens of request r are already in the KV cache (docs/runtime.md).
 MPK_HOST_DEVICE inline int32_t init_kernel(RequestState& st, const MpkMeta& m, const MpkConfig& cfg) {
     st.status = MPK_OK;
@@ -141,6 +141,7 @@ MPK_HOST_DEVICE inline int32_t init_kernel(RequestState& st, const MpkMeta& m, c
         m.qo_indptr_buffer[s] = 0;
         m.paged_kv_indptr_buffer[s] = 0;
     }
+    for (int32_t s = 0; s < st.max_slots; ++s) m.request_ids[s] = -1;
     for (int32_t r = 0; r < cfg.total_num_requests; ++r) {
         if (m.prompt_lengths[r] < 1 || m.prompt_lengths[r] > cfg.max_seq_length) {
             meta_fail(st, MPK_INVALID).s("init_kernel: prompt_lengths[").i(r).s("] = ").i(m.prompt_lengths[r])
@@ -236,10 +237,12 @@ MPK_HOST_DEVICE inline bool prepare_next_batch(RequestState& st, const MpkMeta& 
             kv[s + 1] = kv[s] + st.slot_num_pages[s];
             const int32_t len = (m.step[st.slot_request[s]] + st.slot_chunk[s]) % cfg.page_size;
             m.paged_kv_last_page_len_buffer[s] = len == 0 ? cfg.page_size : len;
+            m.request_ids[s] = st.slot_request[s];
         } else {
             qo[s + 1] = qo[s];
             kv[s + 1] = kv[s];
             m.paged_kv_last_page_len_buffer[s] = 0;
+            m.request_ids[s] = -1;
         }
     }
     m.num_new_tokens[0] = cursor;

@@ -96,6 +96,7 @@ inline std::string validate(const MpkConfig* c, const MpkTask* tasks, const MpkE
         {m->paged_kv_indptr_buffer, slots + 1, "paged_kv_indptr_buffer"},
         {m->paged_kv_indices_buffer, c->max_num_pages, "paged_kv_indices_buffer"},
         {m->paged_kv_last_page_len_buffer, slots, "paged_kv_last_page_len_buffer"},
+        {m->request_ids, slots, "request_ids"},
     };
     for (const auto& buf : bufs)
         if (buf.n > 0 && !buf.p) return bad("meta tensor %s is NULL (%lld entries expected)", buf.name, (long long)buf.n);

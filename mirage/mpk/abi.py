@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ctypes as C
 
-ABI_VERSION = 10
+ABI_VERSION = 11
 MAX_DIMS, MAX_TILES, MAX_TRIGGERS, NUM_IPARAMS, NUM_FPARAMS = 4, 12, 8, 4, 2
 TASK_TERMINATE, TASK_END_OF_TASK_GRAPH, TASK_FIRST_LAYER = 0, 1, 100
 EVENT_TYPES = {"termination": 0, "launch": 1, "end_of_task_graph": 2}
@@ -35,7 +35,7 @@ class MpkEvent(C.Structure):
 
 META_FIELDS = ["tokens", "step", "prompt_lengths", "input_tokens", "output_tokens", "num_new_tokens",
                "qo_indptr_buffer", "paged_kv_indptr_buffer", "paged_kv_indices_buffer",
-               "paged_kv_last_page_len_buffer"]
+               "paged_kv_last_page_len_buffer", "request_ids"]
 
 
 class MpkMeta(C.Structure):

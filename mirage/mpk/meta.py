@@ -18,6 +18,7 @@ def meta_specs(p: dict, total_requests: int) -> dict[str, tuple[tuple[int, ...],
         "paged_kv_indptr_buffer": ((reqs + 1,), torch.int32),
         "paged_kv_indices_buffer": ((p["max_num_pages"],), torch.int32),
         "paged_kv_last_page_len_buffer": ((reqs,), torch.int32),
+        "request_ids": ((reqs,), torch.int32),
         # MPK's scratch copy of the page list for in-place compaction; MPK files may pass it. The
         # runtime here compacts without it, so it is validated and kept, never handed to the module.
         "paged_kv_indices_snapshot": ((p["max_num_pages"],), torch.int32),

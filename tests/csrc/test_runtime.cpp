@@ -377,7 +377,7 @@ static Graph random_dag(int n, unsigned seed) {
 
 struct Meta {
     std::vector<int64_t> tokens, input_tokens, output_tokens;
-    std::vector<int32_t> step, prompt_lengths, num_new_tokens, qo, kv, kv_indices, last;
+    std::vector<int32_t> step, prompt_lengths, num_new_tokens, qo, kv, kv_indices, last, request_ids;
     // Sizes every buffer (one spare entry so no pointer is NULL), then fills it.
     void setup(const MpkConfig& c, const std::vector<int32_t>& prompts, const std::vector<int32_t>& steps) {
         tokens.resize(size_t(c.total_num_requests) * c.max_seq_length + 1);
@@ -390,6 +390,7 @@ struct Meta {
         kv.resize(size_t(c.max_num_batched_requests) + 1);
         kv_indices.resize(size_t(c.max_num_pages) + 1);
         last.resize(size_t(c.max_num_batched_requests) + 1);
+        request_ids.resize(size_t(c.max_num_batched_requests) + 1);
         restore(c, prompts, steps);
     }
     // In place (the handle keeps the pointers): prompt r is 10*(r+1), 10*(r+1)+1, ...
@@ -403,12 +404,12 @@ struct Meta {
         std::fill(input_tokens.begin(), input_tokens.end(), 0);
         std::fill(output_tokens.begin(), output_tokens.end(), 0);
         num_new_tokens[0] = 0;
-        for (auto* v : {&qo, &kv, &kv_indices, &last}) std::fill(v->begin(), v->end(), -7);
+        for (auto* v : {&qo, &kv, &kv_indices, &last, &request_ids}) std::fill(v->begin(), v->end(), -7);
     }
     MpkMeta view() {
         return MpkMeta{tokens.data(), step.data(), prompt_lengths.data(), input_tokens.data(),
                        output_tokens.data(), num_new_tokens.data(), qo.data(), kv.data(),
-                       kv_indices.data(), last.data()};
+                       kv_indices.data(), last.data(), request_ids.data()};
     }
     int64_t token(const MpkConfig& c, int r, int j) const { return tokens[size_t(r) * c.max_seq_length + j]; }
 };

@@ -73,6 +73,7 @@ def test_defaults_every_param_one():
         "input_tokens": ((1,), I64), "output_tokens": ((1,), I64), "num_new_tokens": ((1,), I32),
         "qo_indptr_buffer": ((2,), I32), "paged_kv_indptr_buffer": ((2,), I32),
         "paged_kv_indices_buffer": ((1,), I32), "paged_kv_last_page_len_buffer": ((1,), I32),
+        "request_ids": ((1,), I32),
         "paged_kv_indices_snapshot": ((1,), I32)}      # MPK allocates it too; the runtime does not use it
     assert values(pk) == {
         "tokens": [[0]],
@@ -85,6 +86,7 @@ def test_defaults_every_param_one():
         "paged_kv_indptr_buffer": [0, 1],         # ceil(1 / 1) = 1 page
         "paged_kv_indices_buffer": [0],           # the first free page
         "paged_kv_last_page_len_buffer": [1],     # 1 % 1 = 0 -> page_size = 1
+        "request_ids": [0],                       # slot 0 serves request 0
         "paged_kv_indices_snapshot": [0],         # allocated, untouched
     }
     assert pk.get_tensor("step") is pk.meta_tensors["step"]
@@ -136,6 +138,7 @@ THREE_REQUESTS = {
         paged_kv_indptr_buffer=[0, 2, 3],                 # r0 ceil(3/2) = 2 pages, r1 ceil(2/2) = 1
         paged_kv_indices_buffer=[0, 1, 2, 0, 0, 0, 0, 0],
         paged_kv_last_page_len_buffer=[1, 2],             # 3 % 2 = 1; 2 % 2 = 0 -> 2
+        request_ids=[0, 1],
         step=[3, 2, 0]),
     (2, 4): dict(
         input_tokens=[100, 101, 102, 200, 201, 0],
@@ -144,6 +147,7 @@ THREE_REQUESTS = {
         paged_kv_indptr_buffer=[0, 1, 2],                 # ceil(3/4) = 1, ceil(2/4) = 1
         paged_kv_indices_buffer=[0, 1, 0, 0, 0, 0, 0, 0],
         paged_kv_last_page_len_buffer=[3, 2],             # 3 % 4, 2 % 4
+        request_ids=[0, 1],
         step=[3, 2, 0]),
     (3, 2): dict(
         input_tokens=[100, 101, 102, 200, 201, 300],
@@ -152,6 +156,7 @@ THREE_REQUESTS = {
         paged_kv_indptr_buffer=[0, 2, 3, 4],              # + r2 ceil(1/2) = 1 page
         paged_kv_indices_buffer=[0, 1, 2, 3, 0, 0, 0, 0],
         paged_kv_last_page_len_buffer=[1, 2, 1],          # ..., 1 % 2 = 1
+        request_ids=[0, 1, 2],
         step=[3, 2, 1]),
     (3, 4): dict(
         input_tokens=[100, 101, 102, 200, 201, 300],
@@ -160,6 +165,7 @@ THREE_REQUESTS = {
         paged_kv_indptr_buffer=[0, 1, 2, 3],
         paged_kv_indices_buffer=[0, 1, 2, 0, 0, 0, 0, 0],
         paged_kv_last_page_len_buffer=[3, 2, 1],
+        request_ids=[0, 1, 2],
         step=[3, 2, 1]),
     (4, 2): dict(
         input_tokens=[100, 101, 102, 200, 201, 300],
@@ -168,6 +174,7 @@ THREE_REQUESTS = {
         paged_kv_indptr_buffer=[0, 2, 3, 4, 4],
         paged_kv_indices_buffer=[0, 1, 2, 3, 0, 0, 0, 0],
         paged_kv_last_page_len_buffer=[1, 2, 1, 0],       # unused slot: 0
+        request_ids=[0, 1, 2, -1],                    # slot 3 unused: -1
         step=[3, 2, 1]),
     (4, 4): dict(
         input_tokens=[100, 101, 102, 200, 201, 300],
@@ -176,6 +183,7 @@ THREE_REQUESTS = {
         paged_kv_indptr_buffer=[0, 1, 2, 3, 3],
         paged_kv_indices_buffer=[0, 1, 2, 0, 0, 0, 0, 0],
         paged_kv_last_page_len_buffer=[3, 2, 1, 0],
+        request_ids=[0, 1, 2, -1],                    # slot 3 unused: -1
         step=[3, 2, 1]),
 }
 
@@ -269,6 +277,17 @@ def test_prompt_lengths_override_sizes_default_tokens():
     pk.finalize()
 
 
+def test_request_ids_name_the_request_not_the_slot():
+    """request 0's cache is full (step == max_seq_length): it is skipped, so slot 0 serves request 1."""
+    pk = run(max_seq_length=2, max_num_batched_tokens=2, max_num_batched_requests=2, max_num_pages=4,
+             meta={"step": torch.tensor([2, 0], dtype=I32),
+                   "prompt_lengths": torch.tensor([1, 1], dtype=I32)})
+    v = values(pk)
+    testing.assert_equal("request_ids", v["request_ids"], [1, -1])
+    testing.assert_equal("qo_indptr_buffer", v["qo_indptr_buffer"], [0, 1, 1])
+    pk.finalize()
+
+
 # ---- failures ----------------------------------------------------------------------------------
 
 def test_first_batch_with_no_token_is_an_error():
@@ -355,4 +374,5 @@ def test_offline_run_until_every_request_is_done(output_tokens):
     # the last preparation scheduled nothing: an empty layout
     assert v["qo_indptr_buffer"] == [0, 0, 0] and v["paged_kv_indptr_buffer"] == [0, 0, 0]
     assert v["paged_kv_last_page_len_buffer"] == [0, 0] and v["num_new_tokens"] == [0]
+    assert v["request_ids"] == [-1, -1]
     pk.finalize()
