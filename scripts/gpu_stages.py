@@ -28,7 +28,8 @@ import time
 
 import torch
 
-os.environ.setdefault("MPK_LOG_LEVEL", "WARNING")      # before mirage.mpk configures its logger
+if __name__ == "__main__":    # before mirage.mpk configures its logger (a test importing this keeps its own)
+    os.environ.setdefault("MPK_LOG_LEVEL", "WARNING")
 import mirage  # noqa: E402
 from mirage.mpk.persistent_kernel import PersistentKernel  # noqa: E402
 

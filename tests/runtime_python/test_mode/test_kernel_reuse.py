@@ -105,7 +105,8 @@ def test_a_new_process_loads_and_runs_without_a_compiler(kept, tmp_path):
     empty_bin, cache = tmp_path / "bin", tmp_path / "cache"
     empty_bin.mkdir()
     cache.mkdir()
-    env = dict(os.environ, PATH=str(empty_bin), MPK_CXX="no-such-compiler-mpk", MPK_CACHE_DIR=str(cache))
+    env = dict(os.environ, PATH=str(empty_bin), MPK_CXX="no-such-compiler-mpk", MPK_CACHE_DIR=str(cache),
+               MPK_LOG_LEVEL="INFO")     # the load_mpk_kernel line asserted below is an INFO record
     assert shutil.which("g++", path=env["PATH"]) is None
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120,
                           cwd=str(tmp_path))
