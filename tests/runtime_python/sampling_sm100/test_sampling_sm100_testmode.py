@@ -17,6 +17,7 @@ Run: python tests/runtime_python/sampling_sm100/test_sampling_sm100_testmode.py 
      job: the layer is replicated (layers/sampling_sm100.py TP): every rank draws from the same full logits
      with the same seed and the ids must be bit-identical across ranks; testing.run_cases_as_script)
 """
+import os
 
 import pytest
 import torch
@@ -24,7 +25,10 @@ import torch
 from mirage.mpk import testing
 from mirage.mpk.persistent_kernel import PersistentKernel
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 ref = testing.load_reference(__file__)
+# the finalize's expected tokens: argmax's test-mode file (the same rule for any id written to output_tokens)
+META = testing.load_reference(os.path.join(HERE, "..", "argmax", "x.py"), name="test_argmax_testmode")
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 # (batch = max_num_batched_tokens, vocab, prompt_lengths, step, max_seq_length,
@@ -38,17 +42,6 @@ CASES = [
 # the chunks (request, first position, count) in slot order after the first prepare_next_batch
 BATCH = {0: [(0, 0, 3), (1, 0, 5)], 1: [(0, 1, 3), (1, 0, 3)], 2: [(1, 0, 2), (2, 1, 1)], 3: [(0, 0, 1)]}
 SEED, NEW_SEED = 1234, (1 << 33) + 5
-
-
-def expected_tokens(tokens, prompts, chunks, ids, max_seq):
-    """tokens after the pass's finalize: a request whose prompt the chunk completes gets its last row's id."""
-    want, row = tokens.clone(), 0
-    for r, p, n in chunks:
-        row += n
-        if p + n >= prompts[r] and p + n < max_seq:
-            want[r, p + n] = ids[row - 1]
-    assert not torch.equal(want, tokens), "no request completes its prompt: the tokens check is vacuous"
-    return want
 
 
 def build(logits, tokens, prompts, steps, max_seq, slots, grid, jitter, workers, output_dir, world):
@@ -89,7 +82,7 @@ def run_case(dtype, batch, vocab, prompts, steps, max_seq, slots, grid, jitter=0
                         f"accepted")
         testing.assert_equal(f"{name}.output_tokens[seed={seed}]", got, ids)
         testing.assert_equal(f"{name}.tokens[seed={seed}]", pk.get_tensor("tokens"),
-                             expected_tokens(tokens, prompts, BATCH[key], ids.flatten(), max_seq))
+                             META.expected_tokens(tokens, prompts, BATCH[key], ids.flatten(), max_seq))
         draws[seed] = ids
     assert batch == 1 or not torch.equal(draws[SEED], draws[NEW_SEED]), \
         f"{name}: a new seed drew the same ids"

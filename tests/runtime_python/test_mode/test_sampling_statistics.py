@@ -38,7 +38,8 @@ the statistic that must reject each:
   the request left out of the counter (every request the same stream) -> (2)
   the request added to the token id in the counter (neighbouring requests' streams shifted by one) -> (2)
 Each STAT line also prints the cosine similarity of the frequencies to p, the bar of MPK's and
-FlashInfer's tests (> 0.99), which the shifted streams meet and fail nothing of here but (2).
+FlashInfer's tests (> 0.99): the temperature and both stream controls meet it (0.997 and above) and are
+rejected here all the same.
 Power (the rejection rate over repeated experiments, fresh seeds each): `python
 tests/runtime_python/test_mode/test_sampling_statistics.py --power 20` measures it for every control and
 the false-alarm count of the correct kernel; the suite runs each control on two seed sets.
