@@ -1,0 +1,247 @@
+"""A whole Qwen3 decoder in test mode (mirage.mpk.models.qwen3.build) against Hugging Face transformers.
+
+The model: transformers.Qwen3ForCausalLM from a small Qwen3Config (2 layers, 4 query heads over 2 KV heads,
+head_dim 64, q/k norm, RoPE, untied LM head, vocab 256, hidden 128, intermediate 256), seeded random weights
+(norm weights perturbed away from 1 so a skipped norm weight shows), no hub download. One test-mode pass of
+a prefill batch of 3 requests (prompts of 5, 3 and 8 tokens: 16 rows, pages of 4, so requests span pages),
+laid out by init_kernel + prepare_next_batch from the tokens / prompt_lengths / step meta tensors; fp32 and
+bf16. Checks:
+  1. input_tokens is the batch's prompts in slot order (the admission rule, test_meta_tensors.py);
+  2. per layer, the tight check: each layer's output against its reference applied to the kernel's own
+     inputs, the reference being the HF model's own submodule in float64 (input_layernorm, o_proj, act_fn,
+     ...) or, for attention, the paged-attention reference of tests/runtime_python/paged_attention (which
+     gives tol_attention's scales); each with its mirage.mpk.testing budget. The QKV and gate/up references
+     pack the HF weights by hand (torch.cat per KV head, per silu_mul group), so the builder's shuffles are
+     checked independently; output_tokens is torch.argmax of the kernel's logits, exactly;
+  3. against the HF model run on the same tokens (each request alone, in the kernel's dtype; forward hooks
+     capture every intermediate): a DRIFT line per intermediate (largest |kernel - HF| beside the largest
+     |HF|; printed, not asserted: the chain's budget is the per-layer one above), and in fp32 the argmax
+     token ids equal HF's exactly for every row;
+  4. negative controls (fp32): a fault in one layer-1 kernel task, and a RoPE table shifted by one position,
+     each named by first_divergence as the first bad layer.
+
+Run: python tests/runtime_python/test_mode/test_qwen3_decoder.py   (or pytest this file)
+"""
+import copy
+import sys
+import time
+
+import pytest
+import torch
+
+from mirage.mpk import testing
+from mirage.mpk.faults import Fault
+from mirage.mpk.models import qwen3
+from mirage.mpk.persistent_kernel import PersistentKernel
+
+transformers = pytest.importorskip("transformers")
+attn_ref = testing.load_reference(__file__.replace("test_mode/test_qwen3_decoder.py",
+                                                   "paged_attention/test_paged_attention.py"))
+
+PROMPTS, PAGE, MAX_SEQ, SLOTS, PAGES = (5, 3, 8), 4, 16, 3, 8
+ROWS = sum(PROMPTS)
+EXACT = testing.Tolerance(0.0, 0.0, "a copy: bit-exact")
+CONFIG = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=64, rms_norm_eps=1e-6,
+              max_position_embeddings=64, tie_word_embeddings=False, attn_implementation="eager")
+
+
+def hf_model(dtype):
+    gen = testing.generator(offset=2100)
+    with torch.random.fork_rng():
+        torch.manual_seed(testing.seed() + 2100)
+        model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**CONFIG))
+    with torch.no_grad():
+        for name, prm in model.named_parameters():
+            if "norm" in name:
+                prm.copy_(1.0 + 0.2 * torch.randn(prm.shape, generator=gen))
+    return model.to(dtype).eval()
+
+
+def tokens():
+    gen = testing.generator(offset=2101)
+    t = torch.zeros(len(PROMPTS), MAX_SEQ, dtype=torch.int64)
+    for r, n in enumerate(PROMPTS):
+        t[r, :n] = torch.randint(0, CONFIG["vocab_size"], (n,), generator=gen)
+    return t
+
+
+def run(dtype, fault=None, mutate=None, output_dir=None):
+    model, toks = hf_model(dtype), tokens()
+    meta = {"tokens": toks.clone(), "prompt_lengths": torch.tensor(PROMPTS, dtype=torch.int32),
+            "step": torch.zeros(len(PROMPTS), dtype=torch.int32)}
+    pk = PersistentKernel(**testing.cpu_config(
+        jitter_seed=21, max_seq_length=MAX_SEQ, max_num_batched_tokens=ROWS, max_num_batched_requests=SLOTS,
+        max_num_pages=PAGES, page_size=PAGE, meta_tensors=meta, fault=fault))
+    t = qwen3.build(pk, model)
+    if mutate is not None:
+        mutate(t)
+    pk.compile(output_dir=output_dir)
+    caches_before = {k: v.clone() for k, v in t.items() if k.endswith("_cache")}
+    pk()
+    return pk, model, toks, t, caches_before
+
+
+def abs_product(x, w):
+    return x.double().abs() @ w.double().abs().T
+
+
+@torch.no_grad()
+def references(pk, model, t, caches_before, dtype):
+    """{output name: (reference, tolerance)} per layer, each from the kernel's own inputs (float64)."""
+    m64 = copy.deepcopy(model).double()
+    cfg, hidden = model.config, CONFIG["hidden_size"]
+    hq, hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    k = {n: v.double() for n, v in t.items() if v.is_floating_point()}
+    meta = {n: pk.get_tensor(n) for n in ("qo_indptr_buffer", "paged_kv_indptr_buffer",
+                                          "paged_kv_indices_buffer", "paged_kv_last_page_len_buffer")}
+    ref = {"embed_out": (m64.model.embed_tokens.weight[t["input_tokens"]].double(), EXACT)}
+
+    def linear(x, w, resid=None):
+        y, scale, kk = x @ w.T, abs_product(x, w), x.shape[1]
+        if resid is not None:
+            y, scale, kk = y + resid, scale + resid.abs(), kk + 1
+        return y, testing.tol_linear(dtype, kk, scale)
+
+    h = "embed_out"
+    for i, layer in enumerate(m64.model.layers):
+        n, at, mlp = f"layers_{i}_", layer.self_attn, layer.mlp
+        with torch.no_grad():
+            ref[n + "input_norm"] = (layer.input_layernorm(k[h]), testing.tol_rmsnorm(dtype, hidden))
+            w = [p.weight.view(hkv, -1, hidden) for p in (at.q_proj, at.k_proj, at.v_proj)]
+            w_qkv = torch.cat(w, dim=1).reshape(-1, hidden)         # per KV head [G q heads | K | V]
+            ref[n + "qkv"] = linear(k[n + "input_norm"], w_qkv)
+            full = attn_ref.attention(t[n + "qkv"], caches_before[n + "k_cache"],
+                                      caches_before[n + "v_cache"], meta, hq, at.q_norm.weight,
+                                      at.k_norm.weight, t["rope_cos"], t["rope_sin"])
+            ref[n + "attn"] = (full["out"], testing.tol_attention(dtype, d, full["keys"], full["value_scale"],
+                                                                  full["score_scale"], full["score_var"]))
+            ref[n + "attn_residual"] = linear(k[n + "attn"], at.o_proj.weight, k[h])
+            ref[n + "post_norm"] = (layer.post_attention_layernorm(k[n + "attn_residual"]),
+                                    testing.tol_rmsnorm(dtype, hidden))
+            g = groups(pk, n)
+            wg, wu = (p.weight.view(g, -1, hidden) for p in (mlp.gate_proj, mlp.up_proj))
+            ref[n + "gate_up"] = linear(k[n + "post_norm"], torch.cat([wg, wu], dim=1).reshape(-1, hidden))
+            gu = k[n + "gate_up"].view(ROWS, g, 2, -1)
+            gate, up = gu[:, :, 0].reshape(ROWS, -1), gu[:, :, 1].reshape(ROWS, -1)
+            ref[n + "silu_mul"] = (mlp.act_fn(gate) * up, testing.tol_elementwise(dtype))
+            ref[n + "out"] = linear(k[n + "silu_mul"], mlp.down_proj.weight, k[n + "attn_residual"])
+        h = n + "out"
+    with torch.no_grad():
+        ref["final_norm"] = (m64.model.norm(k[h]), testing.tol_rmsnorm(dtype, hidden))
+        ref["logits"] = linear(k["final_norm"], m64.lm_head.weight)
+    ref["output_tokens"] = (t["logits"].double().argmax(-1, keepdim=True).double(), EXACT)
+    return ref
+
+
+def groups(pk, prefix):
+    """The silu_mul tasks of the layer (the gate/up shuffle's num_groups)."""
+    return next(lay.grid[0] for lay in pk.layers
+                if lay.kind == "silu_mul" and any(a.tensor.name == prefix + "silu_mul" for a in lay.outputs))
+
+
+def hf_activations(model, toks):
+    """The HF model on each request's prompt alone (same dtype), forward hooks on every module we compare:
+    {our name: [rows, ...]} concatenated in the batch's row order."""
+    acts: dict[str, list] = {}
+
+    def keep(name, what="out"):
+        def hook(mod, args, out):
+            acts.setdefault(name, []).append((args[0] if what == "in" else
+                                              out[0] if isinstance(out, tuple) else out)[0].detach())
+        return hook
+    hooks = [model.model.embed_tokens.register_forward_hook(keep("embed_out")),
+             model.model.norm.register_forward_hook(keep("final_norm")),
+             model.lm_head.register_forward_hook(keep("logits"))]
+    for i, layer in enumerate(model.model.layers):
+        n = f"layers_{i}_"
+        hooks += [layer.input_layernorm.register_forward_hook(keep(n + "input_norm")),
+                  layer.self_attn.o_proj.register_forward_hook(keep(n + "o_proj")),
+                  layer.self_attn.o_proj.register_forward_hook(keep(n + "attn", "in")),
+                  layer.post_attention_layernorm.register_forward_hook(keep(n + "post_norm")),
+                  layer.post_attention_layernorm.register_forward_hook(keep(n + "attn_residual", "in")),
+                  layer.mlp.down_proj.register_forward_hook(keep(n + "silu_mul", "in")),
+                  layer.register_forward_hook(keep(n + "out"))]
+    try:
+        with torch.no_grad():
+            for r, n in enumerate(PROMPTS):
+                model(input_ids=toks[r:r + 1, :n], use_cache=False)
+    finally:
+        for hk in hooks:
+            hk.remove()
+    return {k: torch.cat(v) for k, v in acts.items()}
+
+
+def check_pass(dtype, output_dir=None):
+    t0 = time.perf_counter()
+    pk, model, toks, t, before = run(dtype, output_dir=output_dir)
+    t1 = time.perf_counter()
+    label = f"qwen3_decoder[{str(dtype)[6:]},2 layers,{CONFIG['num_attention_heads']}q" \
+            f"{CONFIG['num_key_value_heads']}kv,prompts={list(PROMPTS)}]"
+    laid_out = torch.cat([toks[r, :n] for r, n in enumerate(PROMPTS)])
+    testing.assert_equal(f"{label}.input_tokens", t["input_tokens"], laid_out)
+    ref = references(pk, model, t, before, dtype)
+    for name, (expected, tol) in ref.items():
+        actual = t[name]
+        if name == "output_tokens":
+            testing.assert_equal(f"{label}.{name}", actual.view(-1), expected.long().view(-1))
+            continue
+        testing.check_output(f"{label}.{name}", actual, expected, tol, checks=(), pk=pk)
+    hf = hf_activations(model, toks)
+    for name in hf:
+        if name in t:
+            diff = (t[name].double() - hf[name].double()).abs().max()
+            testing.say(f"DRIFT {label}.{name} vs HF {str(dtype)[6:]} run: max_abs={float(diff):.3e} "
+                        f"(max |HF| {float(hf[name].double().abs().max()):.3e})")
+    hf_ids = hf["logits"].argmax(-1)
+    same = int((hf_ids == t["output_tokens"].view(-1)).sum())
+    testing.say(f"TOKENS {label}: {same}/{ROWS} argmax ids equal HF's")
+    if dtype == torch.float32:
+        testing.assert_equal(f"{label}.output_tokens vs HF argmax", t["output_tokens"].view(-1), hf_ids)
+    pk.finalize()
+    testing.say(f"TIMING {label}: build+compile+run {t1 - t0:.1f} s, checks {time.perf_counter() - t1:.1f} s")
+    return pk
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d)[6:])
+def test_qwen3_decoder_matches_hf(dtype, tmp_path):
+    check_pass(dtype, output_dir=str(tmp_path))
+
+
+def first_bad(fault=None, mutate=None):
+    pk, model, _, t, before = run(torch.float32, fault=fault, mutate=mutate)
+    ref = references(pk, model, t, before, torch.float32)
+    ref.pop("output_tokens")
+    report = testing.first_divergence(pk, {n: r for n, (r, _) in ref.items()},
+                                      {n: tol for n, (_, tol) in ref.items()})
+    pk.finalize()
+    testing.say(f"DIVERGENCE {report}")
+    assert report is not None
+    return report.splitlines()[0]
+
+
+def test_fault_in_one_kernel_names_its_layer():
+    """A perturbed element in layer 1's o_proj (linear_with_residual): the report names that layer, not the
+    layers downstream of it that read its output."""
+    pk_layers = [f"{kind}_{i}" for i, kind in enumerate(["embed"] + ["rmsnorm", "linear", "paged_attention",
+                 "linear_with_residual", "rmsnorm", "linear", "silu_mul", "linear_with_residual"] * 2)]
+    target = pk_layers[1 + 8 + 3]        # layer 1's o_proj
+    line = first_bad(fault=Fault("perturb", target, (0, 0, 0), amount=1e-2, element=5))
+    assert f"'{target}'" in line, line
+
+
+def test_wrong_rope_table_names_the_first_attention():
+    """cos/sin shifted by one position (the table of position p + 1 at p): the first paged attention is the
+    first bad layer (the layers before it agree)."""
+    def shift(t):
+        for k in ("rope_cos", "rope_sin"):
+            t[k].copy_(torch.roll(t[k], -1, dims=0))
+    line = first_bad(mutate=shift)
+    assert "'paged_attention_3'" in line, line
+
+
+if __name__ == "__main__":
+    for dt in (torch.float32, torch.bfloat16):
+        check_pass(dt)
+    print("All Qwen3 decoder cases PASS")
+    sys.exit(0)
