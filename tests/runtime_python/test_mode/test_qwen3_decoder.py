@@ -12,13 +12,15 @@ bf16. Checks:
      ...) or, for attention, the paged-attention reference of tests/runtime_python/paged_attention (which
      gives tol_attention's scales); each with its mirage.mpk.testing budget. The QKV and gate/up references
      pack the HF weights by hand (torch.cat per KV head, per silu_mul group), so the builder's shuffles are
-     checked independently; output_tokens is torch.argmax of the kernel's logits, exactly;
+     checked independently; each layer's KV caches after the pass (the new K within tol_qk_norm_rope, V bit for
+     bit, every other slot still zero); output_tokens is torch.argmax of the kernel's logits, exactly;
   3. against the HF model run on the same tokens (each request alone, in the kernel's dtype; forward hooks
      capture every intermediate): a DRIFT line per intermediate (largest |kernel - HF| beside the largest
      |HF|; printed, not asserted: the chain's budget is the per-layer one above), and in fp32 the argmax
      token ids equal HF's exactly for every row;
-  4. negative controls (fp32): a fault in one layer-1 kernel task, and a RoPE table shifted by one position,
-     each named by first_divergence as the first bad layer.
+  4. negative controls (fp32): a broken silu_mul kernel (testing.mutated_kernel), and the builder's RoPE
+     tables shifted by one position (the attention reference takes HF's own tables), each named by
+     first_divergence as the first bad layer.
 
 Run: python tests/runtime_python/test_mode/test_qwen3_decoder.py   (or pytest this file)
 """
@@ -30,7 +32,6 @@ import pytest
 import torch
 
 from mirage.mpk import testing
-from mirage.mpk.faults import Fault
 from mirage.mpk.models import qwen3
 from mirage.mpk.persistent_kernel import PersistentKernel
 
@@ -66,13 +67,13 @@ def tokens():
     return t
 
 
-def run(dtype, fault=None, mutate=None, output_dir=None):
+def run(dtype, mutate=None, output_dir=None):
     model, toks = hf_model(dtype), tokens()
     meta = {"tokens": toks.clone(), "prompt_lengths": torch.tensor(PROMPTS, dtype=torch.int32),
             "step": torch.zeros(len(PROMPTS), dtype=torch.int32)}
     pk = PersistentKernel(**testing.cpu_config(
         jitter_seed=21, max_seq_length=MAX_SEQ, max_num_batched_tokens=ROWS, max_num_batched_requests=SLOTS,
-        max_num_pages=PAGES, page_size=PAGE, meta_tensors=meta, fault=fault))
+        max_num_pages=PAGES, page_size=PAGE, meta_tensors=meta))
     t = qwen3.build(pk, model)
     if mutate is not None:
         mutate(t)
@@ -93,6 +94,8 @@ def references(pk, model, t, caches_before, dtype):
     cfg, hidden = model.config, CONFIG["hidden_size"]
     hq, hkv, d = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
     k = {n: v.double() for n, v in t.items() if v.is_floating_point()}
+    # the RoPE tables as HF computes them (fp32, then the activations' dtype), not the builder's
+    cos, sin = (x[0].to(dtype) for x in model.model.rotary_emb(torch.zeros(1), torch.arange(MAX_SEQ)[None]))
     meta = {n: pk.get_tensor(n) for n in ("qo_indptr_buffer", "paged_kv_indptr_buffer",
                                           "paged_kv_indices_buffer", "paged_kv_last_page_len_buffer")}
     ref = {"embed_out": (m64.model.embed_tokens.weight[t["input_tokens"]].double(), EXACT)}
@@ -113,9 +116,15 @@ def references(pk, model, t, caches_before, dtype):
             ref[n + "qkv"] = linear(k[n + "input_norm"], w_qkv)
             full = attn_ref.attention(t[n + "qkv"], caches_before[n + "k_cache"],
                                       caches_before[n + "v_cache"], meta, hq, at.q_norm.weight,
-                                      at.k_norm.weight, t["rope_cos"], t["rope_sin"])
+                                      at.k_norm.weight, cos, sin)
             ref[n + "attn"] = (full["out"], testing.tol_attention(dtype, d, full["keys"], full["value_scale"],
                                                                   full["score_scale"], full["score_var"]))
+            # the caches after the layer: each request's new K (normed, roped) and V in its pages, the rest
+            # as before (zeros): K within tol_qk_norm_rope (0 where nothing was written), V bit for bit
+            kc, vc, k_scale, _ = attn_ref.write_cache(caches_before[n + "k_cache"],
+                                                      caches_before[n + "v_cache"], meta, full["new"])
+            ref[n + "k_cache"] = (kc, testing.tol_qk_norm_rope(dtype, d, k_scale))
+            ref[n + "v_cache"] = (vc, EXACT)
             ref[n + "attn_residual"] = linear(k[n + "attn"], at.o_proj.weight, k[h])
             ref[n + "post_norm"] = (layer.post_attention_layernorm(k[n + "attn_residual"]),
                                     testing.tol_rmsnorm(dtype, hidden))
@@ -208,8 +217,8 @@ def test_qwen3_decoder_matches_hf(dtype, tmp_path):
     check_pass(dtype, output_dir=str(tmp_path))
 
 
-def first_bad(fault=None, mutate=None):
-    pk, model, _, t, before = run(torch.float32, fault=fault, mutate=mutate)
+def first_bad(mutate=None):
+    pk, model, _, t, before = run(torch.float32, mutate=mutate)
     ref = references(pk, model, t, before, torch.float32)
     ref.pop("output_tokens")
     report = testing.first_divergence(pk, {n: r for n, (r, _) in ref.items()},
@@ -217,27 +226,41 @@ def first_bad(fault=None, mutate=None):
     pk.finalize()
     testing.say(f"DIVERGENCE {report}")
     assert report is not None
-    return report.splitlines()[0]
+    return report.splitlines()
 
 
-def test_fault_in_one_kernel_names_its_layer():
-    """A perturbed element in layer 1's o_proj (linear_with_residual): the report names that layer, not the
-    layers downstream of it that read its output."""
-    pk_layers = [f"{kind}_{i}" for i, kind in enumerate(["embed"] + ["rmsnorm", "linear", "paged_attention",
-                 "linear_with_residual", "rmsnorm", "linear", "silu_mul", "linear_with_residual"] * 2)]
-    target = pk_layers[1 + 8 + 3]        # layer 1's o_proj
-    line = first_bad(fault=Fault("perturb", target, (0, 0, 0), amount=1e-2, element=5))
-    assert f"'{target}'" in line, line
+def test_broken_silu_mul_kernel_names_its_layer(tmp_path):
+    """silu_mul's kernel with its denominator 1 + e made 1 + 1.001 e (a relative error of about 2.5e-4 for
+    negative gates, far outside fp32's budget): the report names layer 0's silu_mul, the layers before it
+    agree (both layers' silu_mul run the broken kernel; the first in program order is named)."""
+    with testing.mutated_kernel(tmp_path, "silu_mul.cuh", "(tail ? 1.0f : 1.0f + e)",
+                                "(tail ? 1.0f : 1.0f + 1.001f * e)"):
+        lines = first_bad()
+    assert "'silu_mul_7' (the 9 compared output(s) before it agree)" in lines[0], lines
+    assert "output 'layers_0_silu_mul'" in lines[1], lines
 
 
-def test_wrong_rope_table_names_the_first_attention():
-    """cos/sin shifted by one position (the table of position p + 1 at p): the first paged attention is the
-    first bad layer (the layers before it agree)."""
-    def shift(t):
-        for k in ("rope_cos", "rope_sin"):
-            t[k].copy_(torch.roll(t[k], -1, dims=0))
-    line = first_bad(mutate=shift)
-    assert "'paged_attention_3'" in line, line
+WRONG_ROPE = {          # name: (the mutation, the outputs before the first bad one, that output)
+    # the table of position p + 1 at p: attention's output cannot see it in a prefill (RoPE is relative:
+    # every q . k keeps its angle), the keys stored in the cache do
+    "shifted": (lambda t: [t[k].copy_(torch.roll(t[k], -1, dims=0)) for k in ("rope_cos", "rope_sin")],
+                4, "layers_0_k_cache"),
+    # tables of another rope_theta (1e6, Qwen3-8B's, for this config's 1e4): the output moves
+    "theta": (lambda t: [t[k].copy_(x) for k, x in zip(
+        ("rope_cos", "rope_sin"), attn_ref.rope_tables(MAX_SEQ, CONFIG["head_dim"], torch.float32, 1e6))],
+              3, "layers_0_attn"),
+}
+
+
+@pytest.mark.parametrize("wrong", list(WRONG_ROPE))
+def test_wrong_rope_table_names_the_first_attention(wrong):
+    """The builder's RoPE tables replaced after build (the attention reference takes HF's own tables): the
+    first paged attention is the first bad layer (the outputs before it agree: embed, norm, qkv; the shifted
+    table's attention output too)."""
+    mutate, before, output = WRONG_ROPE[wrong]
+    lines = first_bad(mutate=mutate)
+    assert f"'paged_attention_3' (the {before} compared output(s) before it agree)" in lines[0], lines
+    assert f"output '{output}'" in lines[1], lines
 
 
 if __name__ == "__main__":
