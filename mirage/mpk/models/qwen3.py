@@ -46,13 +46,11 @@ def build(pk, hf_model, dtype: torch.dtype | None = None, block_dim=(128, 1, 1),
     d = getattr(cfg, "head_dim", None) or hidden // hq
     sd = {k: v.detach().to("cpu", dtype).contiguous() for k, v in hf_model.state_dict().items()}
     out: dict[str, torch.Tensor] = {}
-    dts = {}
 
     def tensor(name: str, t: torch.Tensor):
         name = name.replace(".", "_")          # tensor names are C identifiers
         out[name] = t
-        dts[name] = pk.attach_input(t, name=name)
-        return dts[name]
+        return pk.attach_input(t, name=name)
 
     def act(name: str, cols: int):
         return tensor(name, torch.zeros(rows, cols, dtype=dtype))
