@@ -3,17 +3,18 @@
 The model: transformers.Qwen3ForCausalLM from a small Qwen3Config (2 layers, 4 query heads over 2 KV heads,
 head_dim 64, q/k norm, RoPE, untied LM head, vocab 256, hidden 128, intermediate 256), seeded random weights
 (norm weights perturbed away from 1 so a skipped norm weight shows), no hub download. One test-mode pass of
-a prefill batch of 3 requests (prompts of 5, 3 and 8 tokens: 16 rows, pages of 4, so requests span pages),
-laid out by init_kernel + prepare_next_batch from the tokens / prompt_lengths / step meta tensors; fp32 and
-bf16. Checks:
+a prefill batch laid out by init_kernel + prepare_next_batch from the tokens / prompt_lengths / step meta
+tensors, pages of 4 (requests span pages): 3 requests of 5, 3 and 8 tokens filling the 16 rows (fp32 and
+bf16), and, with tied embeddings, 2 requests of 7 and 2 tokens in 16 rows and 3 slots (fp32: the rows past
+the batch keep attention's NaN poison, an empty slot's attention tasks do nothing). Checks:
   1. input_tokens is the batch's prompts in slot order (the admission rule, test_meta_tensors.py);
   2. per layer, the tight check: each layer's output against its reference applied to the kernel's own
      inputs, the reference being the HF model's own submodule in float64 (input_layernorm, o_proj, act_fn,
      ...) or, for attention, the paged-attention reference of tests/runtime_python/paged_attention (which
      gives tol_attention's scales); each with its mirage.mpk.testing budget. The QKV and gate/up references
      pack the HF weights by hand (torch.cat per KV head, per silu_mul group), so the builder's shuffles are
-     checked independently; each layer's KV caches after the pass (the new K within tol_qk_norm_rope, V bit for
-     bit, every other slot still zero); output_tokens is torch.argmax of the kernel's logits, exactly;
+     checked independently; each layer's KV caches after the pass (the new K within tol_qk_norm_rope, V bit
+     for bit, every other slot still zero); output_tokens is torch.argmax of the kernel's logits, exactly;
   3. against the HF model run on the same tokens (each request alone, in the kernel's dtype; forward hooks
      capture every intermediate): a DRIFT line per intermediate (largest |kernel - HF| beside the largest
      |HF|; printed, not asserted: the chain's budget is the per-layer one above), and in fp32 the argmax
@@ -32,6 +33,7 @@ import pytest
 import torch
 
 from mirage.mpk import testing
+from mirage.mpk.layers import FINITE
 from mirage.mpk.models import qwen3
 from mirage.mpk.persistent_kernel import PersistentKernel
 
@@ -39,19 +41,22 @@ transformers = pytest.importorskip("transformers")
 attn_ref = testing.load_reference(__file__.replace("test_mode/test_qwen3_decoder.py",
                                                    "paged_attention/test_paged_attention.py"))
 
-PROMPTS, PAGE, MAX_SEQ, SLOTS, PAGES = (5, 3, 8), 4, 16, 3, 8
-ROWS = sum(PROMPTS)
+PAGE, MAX_SEQ, SLOTS, PAGES, ROWS = 4, 16, 3, 8, 16       # ROWS = max_num_batched_tokens
+# (prompt lengths, tied embeddings): 16 of 16 rows in 3 slots; 9 rows of 16 in 2 of the 3 slots (the rows
+# past the batch keep attention's NaN poison, and the NaN rows that follow from it, on both sides)
+CASES = {"untied": ((5, 3, 8), False), "tied_slack": ((7, 2), True)}
 EXACT = testing.Tolerance(0.0, 0.0, "a copy: bit-exact")
 CONFIG = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, head_dim=64, rms_norm_eps=1e-6,
               max_position_embeddings=64, tie_word_embeddings=False, attn_implementation="eager")
 
 
-def hf_model(dtype):
+def hf_model(dtype, tied=False):
     gen = testing.generator(offset=2100)
     with torch.random.fork_rng():
         torch.manual_seed(testing.seed() + 2100)
-        model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**CONFIG))
+        model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**{**CONFIG,
+                                                                           "tie_word_embeddings": tied}))
     with torch.no_grad():
         for name, prm in model.named_parameters():
             if "norm" in name:
@@ -59,18 +64,19 @@ def hf_model(dtype):
     return model.to(dtype).eval()
 
 
-def tokens():
+def tokens(prompts):
     gen = testing.generator(offset=2101)
-    t = torch.zeros(len(PROMPTS), MAX_SEQ, dtype=torch.int64)
-    for r, n in enumerate(PROMPTS):
+    t = torch.zeros(len(prompts), MAX_SEQ, dtype=torch.int64)
+    for r, n in enumerate(prompts):
         t[r, :n] = torch.randint(0, CONFIG["vocab_size"], (n,), generator=gen)
     return t
 
 
-def run(dtype, mutate=None, output_dir=None):
-    model, toks = hf_model(dtype), tokens()
-    meta = {"tokens": toks.clone(), "prompt_lengths": torch.tensor(PROMPTS, dtype=torch.int32),
-            "step": torch.zeros(len(PROMPTS), dtype=torch.int32)}
+def run(dtype, case="untied", mutate=None, output_dir=None):
+    prompts, tied = CASES[case]
+    model, toks = hf_model(dtype, tied), tokens(prompts)
+    meta = {"tokens": toks.clone(), "prompt_lengths": torch.tensor(prompts, dtype=torch.int32),
+            "step": torch.zeros(len(prompts), dtype=torch.int32)}
     pk = PersistentKernel(**testing.cpu_config(
         jitter_seed=21, max_seq_length=MAX_SEQ, max_num_batched_tokens=ROWS, max_num_batched_requests=SLOTS,
         max_num_pages=PAGES, page_size=PAGE, meta_tensors=meta))
@@ -98,7 +104,10 @@ def references(pk, model, t, caches_before, dtype):
     cos, sin = (x[0].to(dtype) for x in model.model.rotary_emb(torch.zeros(1), torch.arange(MAX_SEQ)[None]))
     meta = {n: pk.get_tensor(n) for n in ("qo_indptr_buffer", "paged_kv_indptr_buffer",
                                           "paged_kv_indices_buffer", "paged_kv_last_page_len_buffer")}
-    ref = {"embed_out": (m64.model.embed_tokens.weight[t["input_tokens"]].double(), EXACT)}
+    ids, table = t["input_tokens"], m64.model.embed_tokens.weight
+    ok = (ids >= 0) & (ids < table.shape[0])              # an id outside the vocabulary: a zero row
+    ref = {"embed_out": (torch.where(ok[:, None], table[ids.clamp(0, table.shape[0] - 1)], 0.0), EXACT)}
+    batch = int(pk.get_tensor("num_new_tokens")[0])
 
     def linear(x, w, resid=None):
         y, scale, kk = x @ w.T, abs_product(x, w), x.shape[1]
@@ -117,6 +126,8 @@ def references(pk, model, t, caches_before, dtype):
             full = attn_ref.attention(t[n + "qkv"], caches_before[n + "k_cache"],
                                       caches_before[n + "v_cache"], meta, hq, at.q_norm.weight,
                                       at.k_norm.weight, cos, sin)
+            # rows past the batch: no attention task writes them (test mode's NaN poison stays)
+            full["out"][batch:] = float("nan")
             ref[n + "attn"] = (full["out"], testing.tol_attention(dtype, d, full["keys"], full["value_scale"],
                                                                   full["score_scale"], full["score_var"]))
             # the caches after the layer: each request's new K (normed, roped) and V in its pages, the rest
@@ -149,7 +160,7 @@ def groups(pk, prefix):
                 if lay.kind == "silu_mul" and any(a.tensor.name == prefix + "silu_mul" for a in lay.outputs))
 
 
-def hf_activations(model, toks):
+def hf_activations(model, toks, prompts):
     """The HF model on each request's prompt alone (same dtype), forward hooks on every module we compare:
     {our name: [rows, ...]} concatenated in the batch's row order."""
     acts: dict[str, list] = {}
@@ -173,7 +184,7 @@ def hf_activations(model, toks):
                   layer.register_forward_hook(keep(n + "out"))]
     try:
         with torch.no_grad():
-            for r, n in enumerate(PROMPTS):
+            for r, n in enumerate(prompts):
                 model(input_ids=toks[r:r + 1, :n], use_cache=False)
     finally:
         for hk in hooks:
@@ -181,40 +192,53 @@ def hf_activations(model, toks):
     return {k: torch.cat(v) for k, v in acts.items()}
 
 
-def check_pass(dtype, output_dir=None):
+def check_pass(dtype, case="untied", output_dir=None):
     t0 = time.perf_counter()
-    pk, model, toks, t, before = run(dtype, output_dir=output_dir)
+    prompts, tied = CASES[case]
+    pk, model, toks, t, before = run(dtype, case, output_dir=output_dir)
     t1 = time.perf_counter()
     label = f"qwen3_decoder[{str(dtype)[6:]},2 layers,{CONFIG['num_attention_heads']}q" \
-            f"{CONFIG['num_key_value_heads']}kv,prompts={list(PROMPTS)}]"
-    laid_out = torch.cat([toks[r, :n] for r, n in enumerate(PROMPTS)])
-    testing.assert_equal(f"{label}.input_tokens", t["input_tokens"], laid_out)
+            f"{CONFIG['num_key_value_heads']}kv,prompts={list(prompts)},{'tied' if tied else 'untied'}]"
+    n = sum(prompts)
+    # tied: the LM head is the embedding table itself (no second copy attached)
+    assert ("lm_head_weight" in t) != tied and ("model_embed_tokens_weight" in t), sorted(t)
+    laid_out = torch.cat([toks[r, :k] for r, k in enumerate(prompts)])
+    testing.assert_equal(f"{label}.input_tokens[:{n}]", t["input_tokens"][:n], laid_out)
+    testing.assert_equal(f"{label}.num_new_tokens", pk.get_tensor("num_new_tokens"), [n])
     ref = references(pk, model, t, before, dtype)
     for name, (expected, tol) in ref.items():
         actual = t[name]
         if name == "output_tokens":
             testing.assert_equal(f"{label}.{name}", actual.view(-1), expected.long().view(-1))
             continue
-        testing.check_output(f"{label}.{name}", actual, expected, tol, checks=(), pk=pk)
-    hf = hf_activations(model, toks)
+        # every row (past the batch: NaN on both sides, or the zero / stale rows before attention), then
+        # the batch's rows finite and nontrivial
+        testing.assert_close(f"{label}.{name}", actual, expected, tol, pk=pk)
+        rows = (slice(None) if name.endswith("_cache") else slice(0, n))
+        testing.check_nonvacuous(f"{label}.{name}[batch]", actual[rows], (FINITE,),
+                                 reference=expected[rows])
+    hf = hf_activations(model, toks, prompts)
     for name in hf:
         if name in t:
-            diff = (t[name].double() - hf[name].double()).abs().max()
+            diff = (t[name][:n].double() - hf[name].double()).abs().max()
             testing.say(f"DRIFT {label}.{name} vs HF {str(dtype)[6:]} run: max_abs={float(diff):.3e} "
                         f"(max |HF| {float(hf[name].double().abs().max()):.3e})")
-    hf_ids = hf["logits"].argmax(-1)
-    same = int((hf_ids == t["output_tokens"].view(-1)).sum())
-    testing.say(f"TOKENS {label}: {same}/{ROWS} argmax ids equal HF's")
+    hf_ids, ids = hf["logits"].argmax(-1), t["output_tokens"].view(-1)[:n]
+    same = int((hf_ids == ids).sum())
+    testing.say(f"TOKENS {label}: {same}/{n} argmax ids equal HF's")
     if dtype == torch.float32:
-        testing.assert_equal(f"{label}.output_tokens vs HF argmax", t["output_tokens"].view(-1), hf_ids)
+        testing.assert_equal(f"{label}.output_tokens[:{n}] vs HF argmax", ids, hf_ids)
     pk.finalize()
     testing.say(f"TIMING {label}: build+compile+run {t1 - t0:.1f} s, checks {time.perf_counter() - t1:.1f} s")
     return pk
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d)[6:])
-def test_qwen3_decoder_matches_hf(dtype, tmp_path):
-    check_pass(dtype, output_dir=str(tmp_path))
+PASSES = [(torch.float32, "untied"), (torch.bfloat16, "untied"), (torch.float32, "tied_slack")]
+
+
+@pytest.mark.parametrize("dtype,case", PASSES, ids=[f"{str(d)[6:]}-{c}" for d, c in PASSES])
+def test_qwen3_decoder_matches_hf(dtype, case, tmp_path):
+    check_pass(dtype, case, output_dir=str(tmp_path))
 
 
 def first_bad(mutate=None):
@@ -264,7 +288,7 @@ def test_wrong_rope_table_names_the_first_attention(wrong):
 
 
 if __name__ == "__main__":
-    for dt in (torch.float32, torch.bfloat16):
-        check_pass(dt)
+    for dt, c in PASSES:
+        check_pass(dt, c)
     print("All Qwen3 decoder cases PASS")
     sys.exit(0)
