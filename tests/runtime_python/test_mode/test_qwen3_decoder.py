@@ -264,6 +264,21 @@ def test_broken_silu_mul_kernel_names_its_layer(tmp_path):
     assert "output 'layers_0_silu_mul'" in lines[1], lines
 
 
+def test_builder_refuses_another_norm_eps():
+    """paged attention's q/k norm eps is fixed at 1e-6: a model with another rms_norm_eps is refused by name
+    at build time, not run with a silently different q/k norm."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**{**CONFIG, "rms_norm_eps": 1e-5}))
+    pk = PersistentKernel(**testing.cpu_config(max_seq_length=MAX_SEQ, max_num_batched_tokens=ROWS,
+                                               max_num_batched_requests=SLOTS, max_num_pages=PAGES,
+                                               page_size=PAGE))
+    with pytest.raises(ValueError, match=r"rms_norm_eps=1e-05; paged attention's q/k norm uses eps 1e-06"):
+        qwen3.build(pk, model)
+    pk.finalize()
+    testing.say("REFUSED qwen3.build with rms_norm_eps=1e-5: named, before any layer PASS")
+
+
 WRONG_ROPE = {          # name: (the mutation, the outputs before the first bad one, that output)
     # the table of position p + 1 at p: attention's output cannot see it in a prefill (RoPE is relative:
     # every q . k keeps its angle), the keys stored in the cache do
