@@ -12,11 +12,11 @@ packing) and the gate/up weight interleaved per silu_mul task, both with pk.shuf
 [max_seq_length, head_dim] from hf_model's own rotary embedding; tied embeddings reuse the embedding table as
 the LM head. The KV caches [max_num_pages, page_size, Hkv, head_dim] per layer are allocated (zeros) here.
 paged_attention's q/k norm eps is fixed at 1e-6 (layers/paged_attention.py EPS): a config with another
-rms_norm_eps is refused. Returns {name: torch tensor} of every weight (the state dict's key with '_'
-for '.'), cache and activation (also
-pk.get_tensor(name)): embed_out, then per layer i `layers_{i}_` + input_norm, qkv, attn, attn_residual
-(the hidden state after attention), post_norm, gate_up, silu_mul, out (the layer's output), then final_norm,
-logits and output_tokens ([batch, 1] view of the meta tensor).
+rms_norm_eps is refused. Every tensor is on the model's device. Returns {name: torch tensor} of every
+weight (its state dict key, '_' for '.'), cache and activation (also pk.get_tensor(name)): embed_out, then
+per layer i `layers_{i}_` + input_norm, qkv, attn, k_cache, v_cache, attn_residual (the hidden state after
+attention), post_norm, gate_up, silu_mul, out (the layer's output), then final_norm, logits, rope_cos,
+rope_sin, input_tokens and output_tokens (the meta tensors; output_tokens as its [batch, 1] view).
 """
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ def build(pk, hf_model, dtype: torch.dtype | None = None, block_dim=(128, 1, 1),
     rows, hidden, inter = p["max_num_batched_tokens"], cfg.hidden_size, cfg.intermediate_size
     hq, hkv = cfg.num_attention_heads, cfg.num_key_value_heads
     d = getattr(cfg, "head_dim", None) or hidden // hq
-    sd = {k: v.detach().to("cpu", dtype).contiguous() for k, v in hf_model.state_dict().items()}
+    dev = next(hf_model.parameters()).device
+    sd = {k: v.detach().to(dev, dtype).contiguous() for k, v in hf_model.state_dict().items()}
     out: dict[str, torch.Tensor] = {}
 
     def tensor(name: str, t: torch.Tensor):
@@ -53,24 +54,24 @@ def build(pk, hf_model, dtype: torch.dtype | None = None, block_dim=(128, 1, 1),
         return pk.attach_input(t, name=name)
 
     def act(name: str, cols: int):
-        return tensor(name, torch.zeros(rows, cols, dtype=dtype))
+        return tensor(name, torch.zeros(rows, cols, dtype=dtype, device=dev))
 
-    def weight(key: str, name: str | None = None):
-        return tensor(name or key, sd[key])
+    def weight(key: str):
+        return tensor(key, sd[key])
 
     blk = block_dim
     row_grid = (_grid(rows, rows_tasks), 1, 1)
     # meta tensors are made at compile() from the caller's overrides (meta.build_meta): the two this graph
     # reads and writes are made here when the caller did not give them, so they can be attached as views
-    ids = {k: pk._given_meta.setdefault(k, torch.zeros(rows, dtype=torch.int64, device=pk.device))
+    ids = {k: pk._given_meta.setdefault(k, torch.zeros(rows, dtype=torch.int64, device=dev))
            for k in ("input_tokens", "output_tokens")}
     x = pk.attach_input(ids["input_tokens"].view(rows, 1), name="input_tokens_view")
     embed = weight("model.embed_tokens.weight")
     h = act("embed_out", hidden)
     pk.embed_layer(input=x, weight=embed, output=h, grid_dim=(_grid(hidden, linear_tasks), row_grid[0], 1),
                    block_dim=blk, input_source=1)
-    positions = torch.arange(p["max_seq_length"])[None]
-    cos, sin = hf_model.model.rotary_emb(torch.zeros(1, dtype=torch.float32), positions)
+    positions = torch.arange(p["max_seq_length"], device=dev)[None]
+    cos, sin = hf_model.model.rotary_emb(torch.zeros(1, dtype=torch.float32, device=dev), positions)
     cos_dt, sin_dt = (tensor(f"rope_{k}", t[0].to(dtype).contiguous()) for k, t in (("cos", cos),
                                                                                        ("sin", sin)))
     qkv_cols, g = (hq + 2 * hkv) * d, _grid(inter, silu_mul_tasks)
@@ -85,7 +86,8 @@ def build(pk, hf_model, dtype: torch.dtype | None = None, block_dim=(128, 1, 1),
         qkv = act(n + "qkv", qkv_cols)
         pk.linear_layer(input=normed, weight=wqkv, output=qkv, grid_dim=(_grid(qkv_cols, linear_tasks), 1, 1),
                         block_dim=blk)
-        caches = [tensor(n + c, torch.zeros(p["max_num_pages"], p["page_size"], hkv, d, dtype=dtype))
+        caches = [tensor(n + c, torch.zeros(p["max_num_pages"], p["page_size"], hkv, d, dtype=dtype,
+                                                    device=dev))
                   for c in ("k_cache", "v_cache")]
         attn = act(n + "attn", hq * d)
         pk.paged_attention_layer(input=qkv, k_cache=caches[0], v_cache=caches[1],
