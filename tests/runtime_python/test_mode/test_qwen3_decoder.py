@@ -26,6 +26,7 @@ the batch keep attention's NaN poison, an empty slot's attention tasks do nothin
 Run: python tests/runtime_python/test_mode/test_qwen3_decoder.py   (or pytest this file)
 """
 import copy
+import os
 import sys
 import time
 
@@ -38,8 +39,9 @@ from mirage.mpk.models import qwen3
 from mirage.mpk.persistent_kernel import PersistentKernel
 
 transformers = pytest.importorskip("transformers")
-attn_ref = testing.load_reference(__file__.replace("test_mode/test_qwen3_decoder.py",
-                                                   "paged_attention/test_paged_attention.py"))
+# tests/runtime_python/paged_attention/pytorch_reference.py (load_reference takes a file in its folder)
+attn_ref = testing.load_reference(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                               "paged_attention", "test_paged_attention.py"))
 
 PAGE, MAX_SEQ, SLOTS, PAGES, ROWS = 4, 16, 3, 8, 16       # ROWS = max_num_batched_tokens
 # (prompt lengths, tied embeddings): 16 of 16 rows in 3 slots; 9 rows of 16 in 2 of the 3 slots (the rows
