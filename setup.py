@@ -74,5 +74,7 @@ setup(
     # profile: the profiler's Perfetto protobuf trace (profile=True / profiler_tensor). perfetto 0.59.1's
     # protos are protobuf 6.31.1 gencode, which an older runtime refuses; 7.x reads them.
     extras_require={"test": ["pytest>=7", "pytest-xdist>=3", "ruff"], "mpi": ["mpi4py>=4", "mpich"],
-                    "profile": ["perfetto==0.59.1", "protobuf>=6.31.1,<8"]},
+                    "profile": ["perfetto==0.59.1", "protobuf>=6.31.1,<8"],
+                    # Hugging Face transformers: the model tests' independent reference (mirage.mpk.models)
+                    "models": ["transformers"]},
 )

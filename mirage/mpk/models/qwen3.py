@@ -1,0 +1,125 @@
+"""build(pk, hf_model): one prefill/decode pass of a Hugging Face Qwen3ForCausalLM declared on `pk`.
+
+The graph, per MPK's Qwen3 builder (semantics only): embed (token ids from the `input_tokens` meta tensor)
+-> per layer [rmsnorm -> QKV linear -> paged attention (q/k RMSNorm, RoPE, the layer's KV cache) -> o_proj
+linear with residual -> rmsnorm -> gate/up linear -> silu_mul -> down linear with residual] -> final rmsnorm
+-> LM head linear -> argmax into the `output_tokens` meta tensor. `pk` is the caller's (its kernel params
+and meta tensors); rows are max_num_batched_tokens, the batch prepare_next_batch lays out.
+
+Weights come from hf_model's state dict, cast to `dtype` (default: the model's) and attached; the layouts the
+kernels need are built here: the fused QKV weight per KV head [its G query heads | K | V] (paged_attention's
+packing) and the gate/up weight interleaved per silu_mul task, both with pk.shuffle_tensors; cos/sin tables
+[max_seq_length, head_dim] from hf_model's own rotary embedding; tied embeddings reuse the embedding table as
+the LM head. The KV caches [max_num_pages, page_size, Hkv, head_dim] per layer are allocated (zeros) here.
+paged_attention's q/k norm eps is fixed at 1e-6 (layers/paged_attention.py EPS): a config with another
+rms_norm_eps is refused. Every tensor is on the model's device. Returns {name: torch tensor} of every
+weight (its state dict key, '_' for '.'), cache and activation (also pk.get_tensor(name)): embed_out, then
+per layer i `layers_{i}_` + input_norm, qkv, attn, k_cache, v_cache, attn_residual (the hidden state after
+attention), post_norm, gate_up, silu_mul, out (the layer's output), then final_norm, logits, rope_cos,
+rope_sin, input_tokens and output_tokens (the meta tensors; output_tokens as its [batch, 1] view).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..layers.paged_attention import EPS as ATTN_EPS
+
+
+def _grid(n: int, want: int) -> int:
+    """The largest divisor of n that is at most want (a split the layers accept)."""
+    return max(d for d in range(1, min(n, want) + 1) if n % d == 0)
+
+
+def build(pk, hf_model, dtype: torch.dtype | None = None, block_dim=(128, 1, 1), linear_tasks: int = 8,
+          silu_mul_tasks: int = 4, rows_tasks: int = 4) -> dict[str, torch.Tensor]:
+    """Declare one pass of hf_model (a transformers Qwen3ForCausalLM) on pk; see the module docstring.
+    linear_tasks / silu_mul_tasks / rows_tasks: the most tasks per linear (columns), per silu_mul (its
+    gate/up groups) and per rmsnorm or embedding (rows), each lowered to a divisor of its dim."""
+    cfg = hf_model.config
+    if abs(cfg.rms_norm_eps - ATTN_EPS) > 1e-12:
+        raise ValueError(f"qwen3.build: rms_norm_eps={cfg.rms_norm_eps}; paged attention's q/k norm uses "
+                         f"eps {ATTN_EPS} (fixed, as in MPK): build the config with rms_norm_eps={ATTN_EPS}")
+    dtype = dtype or next(hf_model.parameters()).dtype
+    p = pk.params
+    rows, hidden, inter = p["max_num_batched_tokens"], cfg.hidden_size, cfg.intermediate_size
+    hq, hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    d = getattr(cfg, "head_dim", None) or hidden // hq
+    dev = next(hf_model.parameters()).device
+    sd = {k: v.detach().to(dev, dtype).contiguous() for k, v in hf_model.state_dict().items()}
+    out: dict[str, torch.Tensor] = {}
+
+    def tensor(name: str, t: torch.Tensor):
+        name = name.replace(".", "_")          # tensor names are C identifiers
+        out[name] = t
+        return pk.attach_input(t, name=name)
+
+    def act(name: str, cols: int):
+        return tensor(name, torch.zeros(rows, cols, dtype=dtype, device=dev))
+
+    def weight(key: str):
+        return tensor(key, sd[key])
+
+    blk = block_dim
+    row_grid = (_grid(rows, rows_tasks), 1, 1)
+    # meta tensors are made at compile() from the caller's overrides (meta.build_meta): the two this graph
+    # reads and writes are made here when the caller did not give them, so they can be attached as views
+    ids = {k: pk._given_meta.setdefault(k, torch.zeros(rows, dtype=torch.int64, device=dev))
+           for k in ("input_tokens", "output_tokens")}
+    x = pk.attach_input(ids["input_tokens"].view(rows, 1), name="input_tokens_view")
+    embed = weight("model.embed_tokens.weight")
+    h = act("embed_out", hidden)
+    pk.embed_layer(input=x, weight=embed, output=h, grid_dim=(_grid(hidden, linear_tasks), row_grid[0], 1),
+                   block_dim=blk, input_source=1)
+    positions = torch.arange(p["max_seq_length"], device=dev)[None]
+    cos, sin = hf_model.model.rotary_emb(torch.zeros(1, dtype=torch.float32, device=dev), positions)
+    cos_dt, sin_dt = (tensor(f"rope_{k}", t[0].to(dtype).contiguous()) for k, t in (("cos", cos),
+                                                                                       ("sin", sin)))
+    qkv_cols, g = (hq + 2 * hkv) * d, _grid(inter, silu_mul_tasks)
+    for i in range(len(hf_model.model.layers)):
+        pre = f"model.layers.{i}."
+        n = f"layers_{i}_"
+        normed = act(n + "input_norm", hidden)
+        pk.rmsnorm_layer(input=h, weight=weight(pre + "input_layernorm.weight"), output=normed,
+                         grid_dim=row_grid, block_dim=blk, eps=cfg.rms_norm_eps)
+        wqkv = pk.shuffle_tensors(inputs=[weight(pre + f"self_attn.{w}_proj.weight") for w in "qkv"],
+                                  shuffled_dim=0, num_groups=hkv, name=n + "w_qkv")
+        qkv = act(n + "qkv", qkv_cols)
+        pk.linear_layer(input=normed, weight=wqkv, output=qkv, grid_dim=(_grid(qkv_cols, linear_tasks), 1, 1),
+                        block_dim=blk)
+        caches = [tensor(n + c, torch.zeros(p["max_num_pages"], p["page_size"], hkv, d, dtype=dtype,
+                                                    device=dev))
+                  for c in ("k_cache", "v_cache")]
+        attn = act(n + "attn", hq * d)
+        pk.paged_attention_layer(input=qkv, k_cache=caches[0], v_cache=caches[1],
+                                 q_norm=weight(pre + "self_attn.q_norm.weight"),
+                                 k_norm=weight(pre + "self_attn.k_norm.weight"), cos_pos_embed=cos_dt,
+                                 sin_pos_embed=sin_dt, output=attn,
+                                 grid_dim=(p["max_num_batched_requests"], hkv, 1), block_dim=blk)
+        resid = act(n + "attn_residual", hidden)
+        pk.linear_with_residual_layer(input=attn, weight=weight(pre + "self_attn.o_proj.weight"), residual=h,
+                                      output=resid, grid_dim=(_grid(hidden, linear_tasks), 1, 1),
+                                      block_dim=blk)
+        post = act(n + "post_norm", hidden)
+        pk.rmsnorm_layer(input=resid, weight=weight(pre + "post_attention_layernorm.weight"), output=post,
+                         grid_dim=row_grid, block_dim=blk, eps=cfg.rms_norm_eps)
+        wgu = pk.shuffle_tensors(inputs=[weight(pre + f"mlp.{w}_proj.weight") for w in ("gate", "up")],
+                                 shuffled_dim=0, num_groups=g, name=n + "w_gate_up")
+        gate_up, silu = act(n + "gate_up", 2 * inter), act(n + "silu_mul", inter)
+        pk.linear_layer(input=post, weight=wgu, output=gate_up, grid_dim=(_grid(2 * g, 2 * g), 1, 1),
+                        block_dim=blk)
+        pk.silu_mul_layer(input=gate_up, output=silu, grid_dim=(g, 1, 1), block_dim=blk)
+        h = act(n + "out", hidden)
+        pk.linear_with_residual_layer(input=silu, weight=weight(pre + "mlp.down_proj.weight"), residual=resid,
+                                      output=h, grid_dim=(_grid(hidden, linear_tasks), 1, 1), block_dim=blk)
+    final = act("final_norm", hidden)
+    pk.rmsnorm_layer(input=h, weight=weight("model.norm.weight"), output=final, grid_dim=row_grid,
+                     block_dim=blk, eps=cfg.rms_norm_eps)
+    tied = getattr(cfg, "tie_word_embeddings", False) or "lm_head.weight" not in sd
+    head = embed if tied else weight("lm_head.weight")
+    logits = act("logits", cfg.vocab_size)
+    pk.linear_layer(input=final, weight=head, output=logits,
+                    grid_dim=(_grid(cfg.vocab_size, linear_tasks), 1, 1), block_dim=blk)
+    pk.argmax_layer(input=logits, output=tensor("output_tokens", ids["output_tokens"].view(rows, 1)),
+                    grid_dim=(1, 1, 1), block_dim=blk)
+    out["input_tokens"] = ids["input_tokens"]
+    return out
