@@ -4,13 +4,25 @@
 // task's kernel (device code under nvcc), mpk_run_task after the task alone (entry.h).
 // Test: tests/runtime_python/test_mode/test_negative_controls.py
 #pragma once
+#include <type_traits>
 #include "dtypes.h"
 #include "task_view.h"
 
 namespace mpk {
 
-// Adds `amount` (in fp32, one rounding to T) to element `element` of output 0's tile,
-// counted row-major over the tile's dims.
+// x moved by `amount`: in fp32 with one rounding to T; an integer output (token ids) by the whole
+// amount. (Integer outputs have no from_float: the fault would not link.)
+template <typename T> MPK_HOST_DEVICE T perturbed(T x, double amount) {
+    if constexpr (std::is_integral<T>::value) return static_cast<T>(x + static_cast<T>(amount));
+    else return from_float<T>(to_float(x) + float(amount));
+}
+template <typename T> MPK_HOST_DEVICE T zero_value() {
+    if constexpr (std::is_integral<T>::value) return T(0);
+    else return from_float<T>(0.0f);
+}
+
+// Adds `amount` to element `element` of output 0's tile (perturbed), counted row-major over the
+// tile's dims.
 template <typename T> MPK_HOST_DEVICE void perturb_output(const TaskView& v, int64_t element, double amount) {
     const MpkTile& tile = v.out_tile(0);
     int64_t offset = 0, rest = element;
@@ -19,7 +31,7 @@ template <typename T> MPK_HOST_DEVICE void perturb_output(const TaskView& v, int
         rest /= tile.dims[d];
     }
     T* p = v.out<T>(0) + offset;
-    *p = from_float<T>(to_float(*p) + float(amount));
+    *p = perturbed<T>(*p, amount);
 }
 
 // Address of output 0's tile's last element + 1, in elements of T from the tile's first.
@@ -42,7 +54,7 @@ template <typename T> MPK_HOST_DEVICE void out_of_bounds(const TaskView& v, int3
         (void)sum;
         return;
     }
-    for (int64_t i = 0; i < n; ++i) p[first + i] = from_float<T>(0.0f);
+    for (int64_t i = 0; i < n; ++i) p[first + i] = zero_value<T>();
 }
 
 template <typename T> MPK_HOST_DEVICE void inject_fault(const TaskView& v, int32_t kind, int64_t element,

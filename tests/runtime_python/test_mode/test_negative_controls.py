@@ -113,6 +113,24 @@ def test_perturbation_at_the_edge_of_the_budget_is_caught():
     print(f"CAUGHT perturb by {amount:.3g} (4x the {allowed:.3g} allowed at (3, 29); MPK atol 0.05)")
 
 
+def test_perturbed_token_id_is_caught_exactly():
+    """An int64 output (argmax's token ids) takes a perturb fault too, moved by the whole amount: the fault
+    used not to link for integer outputs (csrc/runtime/fault.h had no from_float<int64_t>)."""
+    x = testing.randn((4, 50), torch.float32, testing.generator(offset=3))
+    want = torch.argmax(x, dim=-1, keepdim=True)
+    pk = PersistentKernel(**testing.cpu_config(), fault=Fault("perturb", "argmax_0", amount=1, element=2))
+    ids = torch.zeros(4, 1, dtype=torch.int64)
+    pk.argmax_layer(input=pk.attach_input(x, name="x"), output=pk.attach_input(ids, name="ids"),
+                    grid_dim=(1, 1, 1), block_dim=(128, 1, 1))
+    pk.compile()
+    pk()
+    pk.finalize()
+    assert (ids - want).flatten().tolist() == [0, 0, 1, 0], (ids, want)
+    with pytest.raises(AssertionError, match="is not equal"):
+        testing.assert_equal("perturbed_ids", ids, want)
+    print("CAUGHT perturb of token id row 2 by 1: exact comparison")
+
+
 def test_lost_trigger_is_caught_by_the_watchdog():
     clean_run()
     # Timed from the last progress (the task record), as the watchdog counts: the clock started
