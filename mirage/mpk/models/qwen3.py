@@ -17,6 +17,9 @@ weight (its state dict key, '_' for '.'), cache and activation (also pk.get_tens
 per layer i `layers_{i}_` + input_norm, qkv, attn, k_cache, v_cache, attn_residual (the hidden state after
 attention), post_norm, gate_up, silu_mul, out (the layer's output), then final_norm, logits, rope_cos,
 rope_sin, input_tokens and output_tokens (the meta tensors; output_tokens as its [batch, 1] view).
+
+generate(hf_model, prompts, max_new_tokens, **kernel_params): greedy decode outside test mode (the runtime's
+offline loop: one pk() runs passes until every request ends; decode_kernel and generated are its two halves).
 """
 from __future__ import annotations
 
@@ -123,3 +126,66 @@ def build(pk, hf_model, dtype: torch.dtype | None = None, block_dim=(128, 1, 1),
                     grid_dim=(1, 1, 1), block_dim=blk)
     out["input_tokens"] = ids["input_tokens"]
     return out
+
+
+def decode_kernel(hf_model, prompts, max_new_tokens: int, output_dir: str | None = None, **kernel_params):
+    """A compiled PersistentKernel (test_mode=False) of build(pk, hf_model) over these prompts (token-id
+    lists), not yet run. Defaults, each overridable by kernel_params (PersistentKernel's parameters, and
+    build's dtype, block_dim, *_tasks): max_seq_length = the longest prompt + max_new_tokens (a request ends
+    at step + 1 >= max_seq_length, so every request can make max_new_tokens), one slot per request, a batch
+    of every prompt's tokens, pages of 16, enough pages for every slot at max_seq_length, eos_token_id the
+    model's generation_config's (-1: none). Meta tensors: tokens (the prompts, zero-padded), prompt_lengths,
+    step (zeros)."""
+    import mirage
+
+    from ..persistent_kernel import PersistentKernel
+    if not prompts or min(map(len, prompts)) < 1 or max_new_tokens < 1:
+        raise ValueError(f"qwen3.generate: needs prompts of at least 1 token and max_new_tokens >= 1, got "
+                         f"lengths {[len(x) for x in prompts]}, max_new_tokens={max_new_tokens}")
+    eos = hf_model.generation_config.eos_token_id
+    eos = eos[0] if isinstance(eos, (list, tuple)) and len(eos) == 1 else eos
+    if eos is not None and not isinstance(eos, int) and "eos_token_id" not in kernel_params:
+        raise ValueError(f"qwen3.generate: the model's eos_token_id {eos} is not one id; pass eos_token_id=")
+    lens, dev = [len(x) for x in prompts], next(hf_model.parameters()).device
+    p = PersistentKernel.get_default_init_parameters()
+    workers, schedulers = mirage.get_configurations_from_gpu(0)
+    p.update(num_workers=workers, num_local_schedulers=schedulers, max_seq_length=max(lens) + max_new_tokens,
+             max_num_batched_requests=len(lens), max_num_batched_tokens=sum(lens), page_size=16,
+             eos_token_id=-1 if eos is None else eos)
+    build_kw = {k: kernel_params.pop(k) for k in list(kernel_params) if k in _BUILD_KEYS}
+    p.update(kernel_params, test_mode=False)
+    if "max_num_pages" not in kernel_params:
+        p["max_num_pages"] = p["max_num_batched_requests"] * -(-p["max_seq_length"] // p["page_size"])
+    tokens = torch.zeros(len(lens), p["max_seq_length"], dtype=torch.int64, device=dev)
+    for r, x in enumerate(prompts):
+        tokens[r, :len(x)] = torch.as_tensor(x, dtype=torch.int64)
+    p["meta_tensors"] = dict(p["meta_tensors"], tokens=tokens, step=torch.zeros(len(lens), dtype=torch.int32,
+                             device=dev), prompt_lengths=torch.tensor(lens, dtype=torch.int32, device=dev))
+    pk = PersistentKernel(**p)
+    build(pk, hf_model, **build_kw)
+    pk.compile(output_dir=output_dir)
+    return pk
+
+
+def generated(pk, prompts, max_new_tokens: int) -> list[list[int]]:
+    """Each request's new tokens after decode_kernel's pk() ran: tokens[r, len(prompt) : step[r] + 1] (the
+    runtime appends each emitted token at its step; the last is the EOS or the one at max_seq_length - 1),
+    at most max_new_tokens."""
+    if pk.device.type == "cuda":
+        torch.cuda.synchronize(pk.device)
+    tokens, step = pk.get_tensor("tokens").cpu(), pk.get_tensor("step").cpu()
+    return [tokens[r, len(x):int(step[r]) + 1][:max_new_tokens].tolist() for r, x in enumerate(prompts)]
+
+
+def generate(hf_model, prompts, max_new_tokens: int, **kernel_params) -> list[list[int]]:
+    """Greedy (argmax) decode of every prompt, in the role of hf_model.generate(do_sample=False) per prompt:
+    decode_kernel's kernel run once (every request to its end), its tokens read back, the kernel finalized."""
+    pk = decode_kernel(hf_model, prompts, max_new_tokens, **kernel_params)
+    try:
+        pk()
+        return generated(pk, prompts, max_new_tokens)
+    finally:
+        pk.finalize()
+
+
+_BUILD_KEYS = ("dtype", "block_dim", "linear_tasks", "silu_mul_tasks", "rows_tasks")
