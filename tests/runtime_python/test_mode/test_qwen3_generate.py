@@ -1,0 +1,193 @@
+"""The decode workflow outside test mode (mirage.mpk.models.qwen3.generate) against Hugging Face generate.
+
+The model: test_qwen3_decoder.py's seeded 2-layer fp32 transformers.Qwen3ForCausalLM (4 query heads over 2
+KV heads, head_dim 64, q/k norm, RoPE, untied LM head, vocab 256). 3 requests with prompts of 5, 3 and 8
+seeded random tokens, pages of 4 (prompts and decoding cross page boundaries: positions 4, 8, 12), 6 new
+tokens asked, so max_seq_length = 8 + 6 = 14. One pk() (test_mode=False) runs the runtime's offline loop
+until every request ends. Per case:
+  1. every token the kernel appended to `tokens` equals hf_model.generate(do_sample=False) on that prompt
+     alone (no padding), for every request and step: a request ends at step + 1 >= max_seq_length, so the
+     shorter prompts decode past max_new_tokens (14 - 3 = 11 tokens for the 3-token prompt), and all of them
+     are compared; generated() returns each request's first max_new_tokens;
+  2. `step`, `tokens` and the requests' ends as docs/runtime.md ("Meta tensors") specifies: step[r] is the
+     step of the request's last token (max_seq_length - 1, or where it emitted EOS); tokens[r] is the prompt,
+     then the emitted tokens up to step[r], then the zero padding untouched; the last preparation scheduled
+     nothing (qo indptr 0, num_new_tokens 0, request_ids -1); the number of passes is the one the documented
+     admission rule gives (a Python model of it below, `schedule`);
+  3. cases: every request in its own slot (`all_slots`, and qwen3.generate itself, the public call); 2 slots
+     for 3 requests (`fewer_slots`: request 2 is admitted when request 1 ends); a batch of 4 tokens
+     (`chunked`: the 5- and 8-token prompts are prefilled in chunks across passes, next to a decoding
+     request); `eos`: eos_token_id set to a token HF emits mid-way for request 0, every request ends at its
+     first EOS (HF run with the same eos_token_id).
+Schedule jitter (random task-to-worker placement and delays) is on in every case.
+
+Run: python tests/runtime_python/test_mode/test_qwen3_generate.py   (or pytest this file)
+"""
+import os
+import sys
+import time
+
+import pytest
+import torch
+
+from mirage.mpk import testing
+from mirage.mpk.models import qwen3
+
+transformers = pytest.importorskip("transformers")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_qwen3_decoder import hf_model  # noqa: E402  (the same seeded model)
+
+PROMPTS, NEW, PAGE = (5, 3, 8), 6, 4
+L = max(PROMPTS) + NEW          # generate's default max_seq_length
+# name: kernel params beyond generate's defaults (slots = 3, a batch of 16 tokens, 3 x ceil(14 / 4) pages)
+CASES = {"all_slots": {}, "fewer_slots": {"max_num_batched_requests": 2},
+         "chunked": {"max_num_batched_requests": 2, "max_num_batched_tokens": 4}, "eos": {}}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return hf_model(torch.float32)
+
+
+def prompts():
+    gen = testing.generator(offset=2102)
+    return [torch.randint(0, 256, (n,), generator=gen).tolist() for n in PROMPTS]
+
+
+def hf_stream(model, prompt, n, eos=None):
+    """HF greedy decode of one prompt alone: up to n new tokens, stopping after eos when given."""
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, eos_token_id=eos,
+                             pad_token_id=0, attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
+    return out[0, len(prompt):].tolist()
+
+
+def schedule(lens, ends, budget, slots):
+    """docs/runtime.md's offline rule (prepare_next_batch), in Python: each active request gets its next
+    prefill chunk or one decode token (one token kept for every later active slot), then new requests are
+    admitted while a slot and a token are left; a request ends once step reaches ends[r]. Returns (passes,
+    the pass each request was admitted in)."""
+    step, active, admitted, nxt, passes = [0] * len(lens), [], {}, 0, 0
+    while True:
+        batch, cursor = [], 0
+        for i, r in enumerate(active):
+            left, rest = budget - cursor - (len(active) - i - 1), lens[r] - step[r]
+            batch.append((r, min(rest, left) if rest > 0 else 1))
+            cursor += batch[-1][1]
+        while nxt < len(lens) and len(batch) < slots and cursor < budget:
+            admitted[nxt] = passes
+            batch.append((nxt, min(lens[nxt], budget - cursor)))
+            cursor, nxt = cursor + batch[-1][1], nxt + 1
+        if cursor == 0:
+            return passes, admitted
+        passes += 1
+        for r, c in batch:
+            step[r] += c
+        active = [r for r, _ in batch if step[r] < ends[r]]
+
+
+def check_case(model, case, tmp_path=None):
+    t0 = time.perf_counter()
+    ps, kp = prompts(), dict(CASES[case])
+    lens = [len(p) for p in ps]
+    # each request's whole stream to max_seq_length, from HF
+    full = [hf_stream(model, p, L - n) for p, n in zip(ps, lens)]
+    eos = None
+    if case == "eos":       # request 0's third token (not emitted before it): request 0 stops there
+        eos = next(t for k, t in enumerate(full[0]) if k >= 2 and t not in full[0][:k])
+        kp["eos_token_id"] = eos
+        full = [hf_stream(model, p, L - n, eos) for p, n in zip(ps, lens)]
+    ends = [n + len(s) - 1 for n, s in zip(lens, full)]      # step of each request's last token
+    t1 = time.perf_counter()
+    pk = qwen3.decode_kernel(model, ps, NEW, output_dir=tmp_path, page_size=PAGE, schedule_jitter=21, **kp)
+    p = pk.params
+    label = (f"qwen3_generate[{case},fp32,prompts={list(PROMPTS)},max_new_tokens={NEW},"
+             f"L={p['max_seq_length']},page={p['page_size']},slots={p['max_num_batched_requests']},"
+             f"batch={p['max_num_batched_tokens']},eos={p['eos_token_id']}]")
+    assert p["max_seq_length"] == L and not pk.test_mode
+    t2 = time.perf_counter()
+    pk()
+    t3 = time.perf_counter()
+    got = qwen3.generated(pk, ps, NEW)
+    tokens, step = pk.get_tensor("tokens"), pk.get_tensor("step")
+    compared = 0
+    for r, (prompt, stream) in enumerate(zip(ps, full)):
+        testing.assert_equal(f"{label}.tokens[{r}, {lens[r]}:{ends[r] + 1}] vs HF generate",
+                             tokens[r, lens[r]:ends[r] + 1], stream)
+        compared += len(stream)
+        testing.assert_equal(f"{label}.tokens[{r}, :{lens[r]}] (the prompt)", tokens[r, :lens[r]], prompt)
+        testing.assert_equal(f"{label}.tokens[{r}, {ends[r] + 1}:] (untouched padding)",
+                             tokens[r, ends[r] + 1:], torch.zeros(L - ends[r] - 1, dtype=torch.int64))
+        assert got[r] == stream[:NEW], (r, got[r], stream)
+        if eos is None:
+            assert len(got[r]) == NEW
+    testing.assert_equal(f"{label}.step (each request's last step)", step, ends)
+    passes, admitted = schedule(lens, ends, p["max_num_batched_tokens"], p["max_num_batched_requests"])
+    assert pk.passes == passes, (pk.passes, passes)
+    for k in ("qo_indptr_buffer", "paged_kv_indptr_buffer", "num_new_tokens"):
+        assert not pk.get_tensor(k).any(), (k, pk.get_tensor(k))
+    assert (pk.get_tensor("request_ids") == -1).all()
+    if case == "fewer_slots":
+        assert admitted[2] > 0, admitted
+    if case == "chunked":
+        assert max(lens) > p["max_num_batched_tokens"]
+    if case == "eos":
+        assert ends[0] < L - 1 and full[0][-1] == eos, (ends, full[0])
+    testing.say(f"TOKENS {label}: {compared} generated tokens equal HF generate's ({[len(s) for s in full]} "
+                f"per request), ends at steps {ends}, {pk.passes} passes, admitted in passes "
+                f"{[admitted[r] for r in range(len(ps))]} PASS")
+    pk.finalize()
+    testing.say(f"TIMING {label}: HF {t1 - t0:.1f} s, build+compile {t2 - t1:.1f} s, pk() {t3 - t2:.2f} s")
+    return got
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_qwen3_generate_matches_hf(model, case, tmp_path):
+    check_case(model, case, str(tmp_path))
+
+
+def test_generate_is_the_public_call(model):
+    """qwen3.generate itself (its own defaults: pages of 16, one slot per request): each request's
+    max_new_tokens tokens equal HF generate's."""
+    ps = prompts()
+    got = qwen3.generate(model, ps, NEW, schedule_jitter=3)
+    want = [hf_stream(model, p, NEW) for p in ps]
+    assert got == want, (got, want)
+    testing.say(f"TOKENS qwen3.generate(prompts={list(PROMPTS)}, max_new_tokens={NEW}): "
+                f"{sum(map(len, got))} tokens equal HF generate's PASS")
+
+
+# the new K stored into the cache roped at its index in the batch's chunk (i) instead of its absolute
+# position (pos): the same in a prefill from step 0, wrong for every decode token after it
+ROPE_AT_CHUNK_INDEX = ("o.cos ? o.cos + pos * o.cos_stride : nullptr,\n                               "
+                       "o.sin ? o.sin + pos * o.sin_stride")
+
+
+def test_decode_rope_at_the_wrong_position_is_caught(model, tmp_path):
+    """Negative control: paged attention's stored keys roped at the chunk index, not the position (a bug
+    only decoding shows): each request's first token (the prefill's) still equals HF's, the decoded ones
+    do not all."""
+    ps = prompts()
+    with testing.mutated_kernel(tmp_path, "paged_attention.cuh", ROPE_AT_CHUNK_INDEX,
+                                ROPE_AT_CHUNK_INDEX.replace("pos *", "i *")):
+        got = qwen3.generate(model, ps, NEW, page_size=PAGE)
+    want = [hf_stream(model, p, NEW) for p in ps]
+    assert [g[0] for g in got] == [w[0] for w in want], (got, want)
+    wrong = sum(a != b for g, w in zip(got, want) for a, b in zip(g[1:], w[1:]))
+    assert wrong > 0, (got, want)
+    testing.say(f"CAUGHT decode RoPE at the chunk index: first tokens equal HF's, {wrong} of "
+                f"{len(ps) * (NEW - 1)} decoded tokens differ: {got} vs HF {want}")
+
+
+def test_generate_refuses_empty_prompts(model):
+    with pytest.raises(ValueError, match="prompts of at least 1 token"):
+        qwen3.generate(model, [[1, 2], []], 2)
+
+
+if __name__ == "__main__":
+    m = hf_model(torch.float32)
+    for c in CASES:
+        check_case(m, c)
+    test_generate_is_the_public_call(m)
+    print("All Qwen3 generate cases PASS")
+    sys.exit(0)
