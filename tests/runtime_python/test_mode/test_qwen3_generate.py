@@ -179,6 +179,15 @@ def test_decode_rope_at_the_wrong_position_is_caught(model, tmp_path):
                 f"{len(ps) * (NEW - 1)} decoded tokens differ: {got} vs HF {want}")
 
 
+def test_generate_one_new_token(model):
+    """max_new_tokens=1: max_seq_length is the longest prompt + 1, so that request ends right after its
+    prefill (step + 1 >= max_seq_length); each request's one token is HF's first."""
+    ps = prompts()
+    got = qwen3.generate(model, ps, 1, page_size=PAGE)
+    assert got == [hf_stream(model, p, 1) for p in ps], got
+    testing.say(f"TOKENS qwen3.generate(max_new_tokens=1): {got} equal HF generate's PASS")
+
+
 def test_generate_refuses_empty_prompts(model):
     with pytest.raises(ValueError, match="prompts of at least 1 token"):
         qwen3.generate(model, [[1, 2], []], 2)
