@@ -108,7 +108,7 @@ def build(pk, hf_model, dtype: torch.dtype | None = None, block_dim=(128, 1, 1),
         wgu = pk.shuffle_tensors(inputs=[weight(pre + f"mlp.{w}_proj.weight") for w in ("gate", "up")],
                                  shuffled_dim=0, num_groups=g, name=n + "w_gate_up")
         gate_up, silu = act(n + "gate_up", 2 * inter), act(n + "silu_mul", inter)
-        pk.linear_layer(input=post, weight=wgu, output=gate_up, grid_dim=(_grid(2 * g, 2 * g), 1, 1),
+        pk.linear_layer(input=post, weight=wgu, output=gate_up, grid_dim=(2 * g, 1, 1),
                         block_dim=blk)
         pk.silu_mul_layer(input=gate_up, output=silu, grid_dim=(g, 1, 1), block_dim=blk)
         h = act(n + "out", hidden)
