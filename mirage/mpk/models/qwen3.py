@@ -3,8 +3,12 @@
 The graph, per MPK's Qwen3 builder (semantics only): embed (token ids from the `input_tokens` meta tensor)
 -> per layer [rmsnorm -> QKV linear -> paged attention (q/k RMSNorm, RoPE, the layer's KV cache) -> o_proj
 linear with residual -> rmsnorm -> gate/up linear -> silu_mul -> down linear with residual] -> final rmsnorm
--> LM head linear -> argmax into the `output_tokens` meta tensor. `pk` is the caller's (its kernel params
-and meta tensors); rows are max_num_batched_tokens, the batch prepare_next_batch lays out.
+-> LM head linear -> argmax (or, given sampling_seed, sampling_sm100) into the `output_tokens` meta tensor.
+`pk` is the caller's (its kernel params and meta tensors); rows are max_num_batched_tokens, the batch
+prepare_next_batch lays out. On world_size > 1 ranks (tensor parallelism, `shard`): each rank holds its KV
+heads' QKV rows, cache heads and attention, its gate/up rows, and the matching o_proj / down_proj columns,
+whose partial sums (the residual on rank 0 only) an allreduce_layer adds into the same activation names;
+the embedding, norms, LM head and the draw are replicated, so every rank emits the same tokens.
 
 Weights come from hf_model's state dict, cast to `dtype` (default: the model's) and attached; the layouts the
 kernels need are built here: the fused QKV weight per KV head [its G query heads | K | V] (paged_attention's
@@ -16,10 +20,12 @@ rms_norm_eps is refused. Every tensor is on the model's device. Returns {name: t
 weight (its state dict key, '_' for '.'), cache and activation (also pk.get_tensor(name)): embed_out, then
 per layer i `layers_{i}_` + input_norm, qkv, attn, k_cache, v_cache, attn_residual (the hidden state after
 attention), post_norm, gate_up, silu_mul, out (the layer's output), then final_norm, logits, rope_cos,
-rope_sin, input_tokens and output_tokens (the meta tensors; output_tokens as its [batch, 1] view).
+rope_sin, input_tokens and output_tokens (the meta tensors; output_tokens as its [batch, 1] view); on several
+ranks the weights are this rank's shards and each row-parallel output X has its partial sum X_partial.
 
-generate(hf_model, prompts, max_new_tokens, **kernel_params): greedy decode outside test mode (the runtime's
-offline loop: one pk() runs passes until every request ends; decode_kernel and generated are its two halves).
+generate(hf_model, prompts, max_new_tokens, **kernel_params): decode outside test mode (the runtime's offline
+loop: one pk() runs passes until every request ends; decode_kernel and generated are its two halves), greedy
+unless sampling_seed is given; world_size / mpi_rank (under mpirun) shard it as above.
 """
 from __future__ import annotations
 
@@ -33,23 +39,67 @@ def _grid(n: int, want: int) -> int:
     return max(d for d in range(1, min(n, want) + 1) if n % d == 0)
 
 
+def shard(state_dict: dict, cfg, rank: int, world_size: int) -> dict[str, torch.Tensor]:
+    """Rank `rank`'s slice of every weight for tensor parallelism over world_size ranks, as MPK's models:
+    q/k/v_proj rows of its KV heads [rank*Hkv/W, (rank+1)*Hkv/W) and their query heads, gate/up_proj rows
+    [rank*I/W, (rank+1)*I/W) (column-parallel), o_proj and down_proj the matching columns (row-parallel);
+    everything else (embedding, norms, LM head) whole. A layout the split cannot give is refused by name."""
+    hq, hkv, inter = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size
+    if hkv % world_size or inter % world_size:
+        raise ValueError(f"qwen3.build: world_size={world_size} must divide num_key_value_heads={hkv} and "
+                         f"intermediate_size={inter} (each rank holds whole KV heads and their query groups)")
+    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // hq
+
+    def part(n: int, unit: int) -> slice:          # rank's block of n rows in units of `unit` rows
+        per = n // world_size * unit
+        return slice(rank * per, (rank + 1) * per)
+    rows = {"q_proj": part(hq, d), "k_proj": part(hkv, d), "v_proj": part(hkv, d),
+            "gate_proj": part(inter, 1), "up_proj": part(inter, 1)}
+    cols = {"o_proj": part(hq, d), "down_proj": part(inter, 1)}
+    out = {}
+    for key, w in state_dict.items():
+        proj = key.split(".")[-2] if key.startswith("model.layers.") else ""
+        w = w[rows[proj]] if proj in rows else w[:, cols[proj]] if proj in cols else w
+        out[key] = w.contiguous()
+    return out
+
+
 def build(pk, hf_model, dtype: torch.dtype | None = None, block_dim=(128, 1, 1), linear_tasks: int = 8,
-          silu_mul_tasks: int = 4, rows_tasks: int = 4) -> dict[str, torch.Tensor]:
+          silu_mul_tasks: int = 4, rows_tasks: int = 4, sampling_seed=None) -> dict[str, torch.Tensor]:
     """Declare one pass of hf_model (a transformers Qwen3ForCausalLM) on pk; see the module docstring.
     linear_tasks / silu_mul_tasks / rows_tasks: the most tasks per linear (columns), per silu_mul (its
-    gate/up groups) and per rmsnorm or embedding (rows), each lowered to a divisor of its dim."""
+    gate/up groups) and per rmsnorm or embedding (rows), each lowered to a divisor of its dim.
+    sampling_seed: None draws the argmax; an int (or an attached one-element int64 tensor) draws with
+    sampling_sm100_layer from softmax(logits) under that seed."""
     cfg = hf_model.config
     if abs(cfg.rms_norm_eps - ATTN_EPS) > 1e-12:
         raise ValueError(f"qwen3.build: rms_norm_eps={cfg.rms_norm_eps}; paged attention's q/k norm uses "
                          f"eps {ATTN_EPS} (fixed, as in MPK): build the config with rms_norm_eps={ATTN_EPS}")
     dtype = dtype or next(hf_model.parameters()).dtype
-    p = pk.params
-    rows, hidden, inter = p["max_num_batched_tokens"], cfg.hidden_size, cfg.intermediate_size
-    hq, hkv = cfg.num_attention_heads, cfg.num_key_value_heads
-    d = getattr(cfg, "head_dim", None) or hidden // hq
+    p, world = pk.params, pk.world_size
+    rows, hidden, inter = p["max_num_batched_tokens"], cfg.hidden_size, cfg.intermediate_size // world
+    hq, hkv = cfg.num_attention_heads // world, cfg.num_key_value_heads // world      # this rank's
+    d = getattr(cfg, "head_dim", None) or hidden // cfg.num_attention_heads
     dev = next(hf_model.parameters()).device
-    sd = {k: v.detach().to(dev, dtype).contiguous() for k, v in hf_model.state_dict().items()}
+    sd = shard({k: v.detach().to(dev, dtype) for k, v in hf_model.state_dict().items()}, cfg, pk.mpi_rank,
+               world)
     out: dict[str, torch.Tensor] = {}
+    # a row-parallel projection's partial sums meet in one allreduce buffer shared by all of them, as MPK's
+    buf = pk.new_tensor((world, rows, hidden), dtype=dtype, name="allreduce_buf",
+                        io_category="nvshmem_tensor") if world > 1 else None
+
+    def row_parallel(x, w, residual, name: str):
+        """x @ w^T + residual into activation `name`: on several ranks each one's partial sum (the residual
+        on rank 0 only), then their allreduce."""
+        y = act(name if world == 1 else name + "_partial", hidden)
+        pk.linear_with_residual_layer(input=x, weight=w, residual=residual, output=y,
+                                      grid_dim=(_grid(hidden, linear_tasks), 1, 1), block_dim=blk)
+        if world == 1:
+            return y
+        total = act(name, hidden)
+        pk.allreduce_layer(input=y, buffer=buf, output=total, grid_dim=(_grid(hidden, linear_tasks), 1, 1),
+                           block_dim=blk)
+        return total
 
     def tensor(name: str, t: torch.Tensor):
         name = name.replace(".", "_")          # tensor names are C identifiers
@@ -98,10 +148,7 @@ def build(pk, hf_model, dtype: torch.dtype | None = None, block_dim=(128, 1, 1),
                                  k_norm=weight(pre + "self_attn.k_norm.weight"), cos_pos_embed=cos_dt,
                                  sin_pos_embed=sin_dt, output=attn,
                                  grid_dim=(p["max_num_batched_requests"], hkv, 1), block_dim=blk)
-        resid = act(n + "attn_residual", hidden)
-        pk.linear_with_residual_layer(input=attn, weight=weight(pre + "self_attn.o_proj.weight"), residual=h,
-                                      output=resid, grid_dim=(_grid(hidden, linear_tasks), 1, 1),
-                                      block_dim=blk)
+        resid = row_parallel(attn, weight(pre + "self_attn.o_proj.weight"), h, n + "attn_residual")
         post = act(n + "post_norm", hidden)
         pk.rmsnorm_layer(input=resid, weight=weight(pre + "post_attention_layernorm.weight"), output=post,
                          grid_dim=row_grid, block_dim=blk, eps=cfg.rms_norm_eps)
@@ -111,9 +158,7 @@ def build(pk, hf_model, dtype: torch.dtype | None = None, block_dim=(128, 1, 1),
         pk.linear_layer(input=post, weight=wgu, output=gate_up, grid_dim=(2 * g, 1, 1),
                         block_dim=blk)
         pk.silu_mul_layer(input=gate_up, output=silu, grid_dim=(g, 1, 1), block_dim=blk)
-        h = act(n + "out", hidden)
-        pk.linear_with_residual_layer(input=silu, weight=weight(pre + "mlp.down_proj.weight"), residual=resid,
-                                      output=h, grid_dim=(_grid(hidden, linear_tasks), 1, 1), block_dim=blk)
+        h = row_parallel(silu, weight(pre + "mlp.down_proj.weight"), resid, n + "out")
     final = act("final_norm", hidden)
     pk.rmsnorm_layer(input=h, weight=weight("model.norm.weight"), output=final, grid_dim=row_grid,
                      block_dim=blk, eps=cfg.rms_norm_eps)
@@ -122,8 +167,12 @@ def build(pk, hf_model, dtype: torch.dtype | None = None, block_dim=(128, 1, 1),
     logits = act("logits", cfg.vocab_size)
     pk.linear_layer(input=final, weight=head, output=logits,
                     grid_dim=(_grid(cfg.vocab_size, linear_tasks), 1, 1), block_dim=blk)
-    pk.argmax_layer(input=logits, output=tensor("output_tokens", ids["output_tokens"].view(rows, 1)),
-                    grid_dim=(1, 1, 1), block_dim=blk)
+    drawn = tensor("output_tokens", ids["output_tokens"].view(rows, 1))
+    if sampling_seed is None:
+        pk.argmax_layer(input=logits, output=drawn, grid_dim=(1, 1, 1), block_dim=blk)
+    else:
+        pk.sampling_sm100_layer(logits=logits, output=drawn, grid_dim=row_grid, block_dim=blk,
+                                seed=sampling_seed)
     out["input_tokens"] = ids["input_tokens"]
     return out
 
@@ -188,4 +237,4 @@ def generate(hf_model, prompts, max_new_tokens: int, **kernel_params) -> list[li
         pk.finalize()
 
 
-_BUILD_KEYS = ("dtype", "block_dim", "linear_tasks", "silu_mul_tasks", "rows_tasks")
+_BUILD_KEYS = ("dtype", "block_dim", "linear_tasks", "silu_mul_tasks", "rows_tasks", "sampling_seed")

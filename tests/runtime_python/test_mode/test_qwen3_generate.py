@@ -19,10 +19,16 @@ until every request ends. Per case:
      (`chunked`: the 5- and 8-token prompts are prefilled in chunks across passes, next to a decoding
      request); `eos`: eos_token_id set to a token HF emits mid-way for request 0, every request ends at its
      first EOS (HF run with the same eos_token_id).
+  4. sampling (sampling_seed: sampling_sm100 draws instead of argmax; the LM head scaled x10 so the draws
+     depend on the logits): runs with one seed and different slots, chunking and jitter leave the same
+     tokens bit for bit, and every drawn token is the Gumbel-max draw of HF's own logits (teacher-forced on
+     the kernel's sequence) under the layer's published generator; controls: another seed, and a reference
+     that ignores the logits, reject the run's tokens.
 Schedule jitter (random task-to-worker placement and delays) is on in every case.
 
 Run: python tests/runtime_python/test_mode/test_qwen3_generate.py   (or pytest this file)
 """
+import copy
 import os
 import sys
 import time
@@ -177,6 +183,95 @@ def test_decode_rope_at_the_wrong_position_is_caught(model, tmp_path):
     assert wrong > 0, (got, want)
     testing.say(f"CAUGHT decode RoPE at the chunk index: first tokens equal HF's, {wrong} of "
                 f"{len(ps) * (NEW - 1)} decoded tokens differ: {got} vs HF {want}")
+
+
+SAMPLING = testing.load_reference(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                               "sampling_sm100", "x.py"))
+SEED = 20261201
+# name: (kernel params beyond generate's defaults, schedule jitter) of each sampled run; the same seed in all
+SAMPLED_RUNS = {"all_slots": ({}, 5), "all_slots_again": ({}, 9), "chunked": (CASES["chunked"], 17)}
+
+
+SHARP = 10.0     # the test model's logits have a spread of about 0.2: scaled so the draw depends on them
+
+
+def sharpened(model, scale=SHARP):
+    """A copy with its LM head scaled: logits x scale (temperature 1 / scale)."""
+    m = copy.deepcopy(model)
+    with torch.no_grad():
+        m.lm_head.weight.mul_(scale)
+    return m
+
+
+def flat(model):
+    """The control reference of a sampler that ignores its logits: every logit 0 (noise alone)."""
+    return sharpened(model, 0.0)
+
+
+def sampled_run(model, ps, seed, kp, jitter, tmp_path):
+    pk = qwen3.decode_kernel(model, ps, NEW, output_dir=tmp_path, page_size=PAGE, schedule_jitter=jitter,
+                             sampling_seed=seed, **kp)
+    assert any(lay.kind == "sampling_sm100" for lay in pk.layers) and not pk.test_mode
+    pk()
+    got = pk.get_tensor("tokens").clone(), pk.get_tensor("step").clone()
+    pk.finalize()
+    return got
+
+
+@torch.no_grad()
+def gumbel_max_of_hf(model, ps, tokens, step, seed):
+    """Per request r, teacher-forced on the kernel's own sequence: HF's fp32 logits at each position q it
+    decoded from (len(prompt) - 1 .. step[r] - 1), the Gumbel-max draw under (seed, request r, position q)
+    (tests/runtime_python/sampling_sm100/pytorch_reference.py: Philox4x32-10 and the transform in float64,
+    near-ties within its GAP accept either id). Returns (kernel ids, expected ids, near-tie count)."""
+    got, want, near = [], [], 0
+    for r, prompt in enumerate(ps):
+        seq = tokens[r, :int(step[r]) + 1]
+        logits = model(input_ids=seq[None], use_cache=False).logits[0]
+        q = torch.arange(len(prompt) - 1, int(step[r]))
+        ids = seq[q + 1].view(-1, 1)
+        w, n = SAMPLING.expected(ids, logits[q], seed, [r] * len(q), q)
+        got, want, near = got + [ids], want + [w], near + n
+    return torch.cat(got), torch.cat(want), near
+
+
+def test_sampled_decode_reproduces_bit_for_bit_and_draws_gumbel_max_of_hf_logits(model, tmp_path):
+    """generate with sampling_seed (sampling_sm100 as the draw): (1) three runs with one seed (two jitters;
+    2 slots and a batch of 4 tokens, so the prompts are chunked and the requests share passes differently)
+    leave the same `tokens` and `step` bit for bit: a draw depends on (seed, request, position, token id)
+    only; (2) every sampled token (all requests, all steps) is the Gumbel-max draw of HF's own logits on
+    the kernel's sequence with the layer's published generator; (3) controls: another seed draws other
+    tokens, and the reference under that other seed rejects the first run's tokens; the draws are not the
+    greedy ones."""
+    ps, model = prompts(), sharpened(model)
+    runs = {k: sampled_run(model, ps, SEED, kp, j, str(tmp_path)) for k, (kp, j) in SAMPLED_RUNS.items()}
+    tokens, step = runs["all_slots"]
+    for k, (tk, st) in runs.items():
+        testing.assert_equal(f"qwen3_sampled[{k}].tokens vs all_slots (seed {SEED})", tk, tokens)
+        testing.assert_equal(f"qwen3_sampled[{k}].step vs all_slots (seed {SEED})", st, step)
+    testing.assert_equal("qwen3_sampled.step (every request to max_seq_length - 1)", step, [L - 1] * len(ps))
+    got, want, near = gumbel_max_of_hf(model, ps, tokens, step, SEED)
+    testing.assert_equal(f"qwen3_sampled[seed={SEED}]: {got.numel()} drawn tokens vs Gumbel-max of HF logits "
+                         f"({near} near-ties)", got, want)
+    # the draws follow the logits (some are the argmax, not all): HF's argmax on the same prefixes
+    with torch.no_grad():
+        argmax = torch.cat([model(input_ids=tokens[r:r + 1, :int(step[r])]).logits[0, len(p) - 1:].argmax(-1)
+                            for r, p in enumerate(ps)])
+    greedy = int((argmax == got.view(-1)).sum())
+    assert 0 < greedy < got.numel(), (greedy, got.numel())
+    other, _ = sampled_run(model, ps, SEED + 1, {}, 5, str(tmp_path))
+    moved = int((other != tokens).sum())
+    controls = (("another seed", model, SEED + 1), ("logits ignored", flat(model), SEED))
+    rejected = {what: int((gumbel_max_of_hf(m, ps, tokens, step, seed)[1] != got).sum())
+                for what, m, seed in controls}
+    assert moved > 0 and min(rejected.values()) > got.numel() // 4, (moved, rejected)
+    label = f"qwen3_sampled[seed={SEED},prompts={list(PROMPTS)},L={L},page={PAGE},logits x{SHARP}]"
+    testing.say(f"TOKENS {label}: "
+                f"{len(runs)} runs (slots/batch/jitter {[(kp, j) for kp, j in SAMPLED_RUNS.values()]}) "
+                f"identical bit for bit; {got.numel()} drawn tokens equal the Gumbel-max of HF's logits "
+                f"({near} near-ties); {greedy} of them are the argmax PASS")
+    testing.say(f"CAUGHT {label}: seed {SEED + 1} moves {moved} tokens; of the seed-{SEED} run's "
+                f"{got.numel()} tokens the reference rejects {rejected}")
 
 
 def test_generate_one_new_token(model):
