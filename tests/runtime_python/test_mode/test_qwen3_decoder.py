@@ -53,12 +53,14 @@ CONFIG = dict(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden
               max_position_embeddings=64, tie_word_embeddings=False, attn_implementation="eager")
 
 
-def hf_model(dtype, tied=False):
+def hf_model(dtype, tied=False, **config):
+    """The seeded model of CONFIG (with `config`'s overrides): the same weights in every process."""
     gen = testing.generator(offset=2100)
     with torch.random.fork_rng():
         torch.manual_seed(testing.seed() + 2100)
         model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**{**CONFIG,
-                                                                           "tie_word_embeddings": tied}))
+                                                                           "tie_word_embeddings": tied,
+                                                                           **config}))
     with torch.no_grad():
         for name, prm in model.named_parameters():
             if "norm" in name:
