@@ -55,6 +55,7 @@ from .tolerances import (
     tol_elementwise,
     tol_linear,
     tol_normalization,
+    tol_peer,
     tol_qk_norm_rope,
     tol_rmsnorm,
     tol_rmsnorm_linear,
@@ -74,7 +75,7 @@ __all__ = [
     "randn", "seed", "ONE_RANK", "TP_KINDS", "WRONG_SHARD_ENV", "CaseSkipped", "World", "all_ranks_agree",
     "layer_tp", "mpiexec", "mpirun", "on_all_ranks", "rank_lines", "script_world", "check_scalars",
     "RMS_LIMIT", "RMS_MIN_N", "U32", "Tolerance", "tol_attention", "tol_attention_lse", "tol_attention_merge",
-    "tol_qk_norm_rope", "tol_elementwise",
+    "tol_peer", "tol_qk_norm_rope", "tol_elementwise",
     "tol_linear", "tol_normalization",
     "tol_rmsnorm", "tol_rmsnorm_linear", "tol_splitk_linear", "tolerance",
 ]

@@ -15,13 +15,14 @@ the batch keep attention's NaN poison, an empty slot's attention tasks do nothin
      pack the HF weights by hand (torch.cat per KV head, per silu_mul group), so the builder's shuffles are
      checked independently; each layer's KV caches after the pass (the new K within tol_qk_norm_rope, V bit
      for bit, every other slot still zero); output_tokens is torch.argmax of the kernel's logits, exactly;
-  3. against the HF model run on the same tokens (each request alone, in the kernel's dtype; forward hooks
-     capture every intermediate): a DRIFT line per intermediate (largest |kernel - HF| beside the largest
-     |HF|; printed, not asserted: the chain's budget is the per-layer one above), and in fp32 the argmax
-     token ids equal HF's exactly for every row;
+  3. against the HF model run on the same tokens (each request alone; forward hooks capture every
+     intermediate): each intermediate against HF in float64 within testing.tol_peer (the layer's own budget
+     plus twice the error HF itself makes in the kernel's dtype: FlashAttention's criterion for what a
+     chain inherits), a DRIFT line beside HF in the kernel's dtype, and in fp32 the argmax token ids equal
+     HF's exactly for every row;
   4. negative controls (fp32): a broken silu_mul kernel (testing.mutated_kernel), and the builder's RoPE
      tables shifted by one position (the attention reference takes HF's own tables), each named by
-     first_divergence as the first bad layer.
+     first_divergence as the first bad layer; HF's layer-1 q_norm 1% off fails the HF comparison there.
 
 Run: python tests/runtime_python/test_mode/test_qwen3_decoder.py   (or pytest this file)
 """
@@ -196,6 +197,27 @@ def hf_activations(model, toks, prompts):
     return {k: torch.cat(v) for k, v in acts.items()}
 
 
+def check_against_hf(label, t, ref, model, toks, prompts):
+    """Every intermediate HF's hooks give, against HF run in float64 on the same tokens (each request alone):
+    within the layer's own budget plus twice the upstream error HF itself makes in the kernel's dtype
+    (testing.tol_peer); a DRIFT line beside HF in that dtype. Returns HF's activations in that dtype."""
+    n, dtype = sum(prompts), next(model.parameters()).dtype
+    hf = hf_activations(model, toks, prompts)
+    hf64 = hf_activations(copy.deepcopy(model).double(), toks, prompts)
+    for name in (k for k in hf if k in t):
+        local = ref[name][1]
+        local = testing.Tolerance(local.atol[:n] if isinstance(local.atol, torch.Tensor) else local.atol,
+                                  local.rtol, local.why)
+        testing.assert_close(f"{label}.{name} vs HF float64 run", t[name][:n], hf64[name],
+                             testing.tol_peer(hf[name], hf64[name], local))
+        diff = (t[name][:n].double() - hf[name].double()).abs().max()
+        testing.say(f"DRIFT {label}.{name} vs HF {str(dtype)[6:]} run: max_abs={float(diff):.3e} "
+                    f"(max |HF| {float(hf[name].double().abs().max()):.3e}; vs HF float64: kernel "
+                    f"{float((t[name][:n].double() - hf64[name]).abs().max()):.3e}, HF "
+                    f"{float((hf[name].double() - hf64[name]).abs().max()):.3e})")
+    return hf
+
+
 def check_pass(dtype, case="untied", output_dir=None):
     t0 = time.perf_counter()
     prompts, tied = CASES[case]
@@ -221,12 +243,7 @@ def check_pass(dtype, case="untied", output_dir=None):
         rows = (slice(None) if name.endswith("_cache") else slice(0, n))
         testing.check_nonvacuous(f"{label}.{name}[batch]", actual[rows], (FINITE,),
                                  reference=expected[rows])
-    hf = hf_activations(model, toks, prompts)
-    for name in hf:
-        if name in t:
-            diff = (t[name][:n].double() - hf[name].double()).abs().max()
-            testing.say(f"DRIFT {label}.{name} vs HF {str(dtype)[6:]} run: max_abs={float(diff):.3e} "
-                        f"(max |HF| {float(hf[name].double().abs().max()):.3e})")
+    hf = check_against_hf(label, t, ref, model, toks, prompts)
     hf_ids, ids = hf["logits"].argmax(-1), t["output_tokens"].view(-1)[:n]
     same = int((hf_ids == ids).sum())
     testing.say(f"TOKENS {label}: {same}/{n} argmax ids equal HF's")
@@ -266,6 +283,22 @@ def test_broken_silu_mul_kernel_names_its_layer(tmp_path):
         lines = first_bad()
     assert "'silu_mul_7' (the 9 compared output(s) before it agree)" in lines[0], lines
     assert "output 'layers_0_silu_mul'" in lines[1], lines
+
+
+def test_drift_check_catches_a_model_the_kernel_does_not_run():
+    """Negative control of the HF comparison: the kernel's pass against HF with layer 1's q_norm weight
+    1% larger (a change the per-layer references, built from the kernel's own inputs, never see): the first
+    intermediate it moves, layer 1's attention, is outside testing.tol_peer's budget."""
+    pk, model, toks, t, before = run(torch.float32)
+    ref = references(pk, model, t, before, torch.float32)
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        other.model.layers[1].self_attn.q_norm.weight.mul_(1.01)
+    with pytest.raises(AssertionError, match=r"layers_1_attn vs HF float64 run' is not close"):
+        check_against_hf("qwen3_decoder[control: HF's q_norm x1.01]", t, ref, other, toks, CASES["untied"][0])
+    pk.finalize()
+    testing.say("CAUGHT HF's layer-1 q_norm x1.01: layers_1_attn outside tol_peer, the intermediates before "
+                "it within")
 
 
 def test_builder_refuses_another_norm_eps():
