@@ -20,7 +20,8 @@ the batch keep attention's NaN poison, an empty slot's attention tasks do nothin
      plus twice the error HF itself makes in the kernel's dtype: FlashAttention's criterion for what a
      chain inherits), a DRIFT line beside HF in the kernel's dtype, and in fp32 the argmax token ids equal
      HF's exactly for every row;
-  4. negative controls (fp32): a broken silu_mul kernel (testing.mutated_kernel), and the builder's RoPE
+  4. negative controls (fp32): a broken silu_mul kernel (testing.mutated_kernel), a runtime fault (one
+     element of layer 1's o_proj output nudged by 1e-3, mirage.mpk.faults), and the builder's RoPE
      tables shifted by one position (the attention reference takes HF's own tables), each named by
      first_divergence as the first bad layer; HF's layer-1 q_norm 1% off fails the HF comparison there.
 
@@ -35,6 +36,7 @@ import pytest
 import torch
 
 from mirage.mpk import testing
+from mirage.mpk.faults import Fault
 from mirage.mpk.layers import FINITE
 from mirage.mpk.models import qwen3
 from mirage.mpk.persistent_kernel import PersistentKernel
@@ -77,14 +79,14 @@ def tokens(prompts):
     return t
 
 
-def run(dtype, case="untied", mutate=None, output_dir=None):
+def run(dtype, case="untied", mutate=None, output_dir=None, fault=None):
     prompts, tied = CASES[case]
     model, toks = hf_model(dtype, tied), tokens(prompts)
     meta = {"tokens": toks.clone(), "prompt_lengths": torch.tensor(prompts, dtype=torch.int32),
             "step": torch.zeros(len(prompts), dtype=torch.int32)}
     pk = PersistentKernel(**testing.cpu_config(
         jitter_seed=21, max_seq_length=MAX_SEQ, max_num_batched_tokens=ROWS, max_num_batched_requests=SLOTS,
-        max_num_pages=PAGES, page_size=PAGE, meta_tensors=meta))
+        max_num_pages=PAGES, page_size=PAGE, meta_tensors=meta, fault=fault))
     t = qwen3.build(pk, model)
     if mutate is not None:
         mutate(t)
@@ -262,8 +264,8 @@ def test_qwen3_decoder_matches_hf(dtype, case, tmp_path):
     check_pass(dtype, case, output_dir=str(tmp_path))
 
 
-def first_bad(mutate=None):
-    pk, model, _, t, before = run(torch.float32, mutate=mutate)
+def first_bad(mutate=None, fault=None):
+    pk, model, _, t, before = run(torch.float32, mutate=mutate, fault=fault)
     ref = references(pk, model, t, before, torch.float32)
     ref.pop("output_tokens")
     report = testing.first_divergence(pk, {n: r for n, (r, _) in ref.items()},
@@ -283,6 +285,15 @@ def test_broken_silu_mul_kernel_names_its_layer(tmp_path):
         lines = first_bad()
     assert "'silu_mul_7' (the 9 compared output(s) before it agree)" in lines[0], lines
     assert "output 'layers_0_silu_mul'" in lines[1], lines
+
+
+def test_injected_fault_names_its_layer():
+    """A runtime fault (mirage.mpk.faults: one element of one task's output tile of layer 1's o_proj
+    linear_with_residual nudged by 1e-3 after its kernel ran): the report names that layer, everything
+    before it agrees."""
+    lines = first_bad(fault=Fault("perturb", "linear_with_residual_12", (1, 0, 0), amount=1e-3))
+    assert "'linear_with_residual_12' (the 16 compared output(s) before it agree)" in lines[0], lines
+    assert "output 'layers_1_attn_residual'" in lines[1], lines
 
 
 def test_drift_check_catches_a_model_the_kernel_does_not_run():
