@@ -39,14 +39,16 @@ def on_all_ranks(what: str):
 # what the kind means for the test's tensors: role -> the dim of which rank r holds
 # [r*n//W, (r+1)*n//W) (roles not named stay whole on every rank).
 #   replicated: every rank computes the whole layer on the same full inputs; outputs bit-identical
-#   column:     rank r holds its rows of the weight and computes its columns of the output
+#   column:     rank r holds its rows of the weight (each expert's, for [E, N, K]) and computes its
+#               columns of the output
 #   row:        rank r holds its columns of the input and of the weight and computes a partial sum
 #               (the residual on rank 0 only); an allreduce after it gives every rank the whole sum
 #   reduce:     the allreduce: each rank's input is its own partial; the sum is bit-identical on all
 #   heads:      attention: rank r holds its KV heads with their query groups: its columns of the packed
 #               input (grouped per KV head) and of the output, its heads of the caches
-# MoE (by experts) will add a kind.
-TP_KINDS = {"replicated": {}, "column": {"weight": 0, "output": -1}, "row": {"input": -1, "weight": 1},
+# MoE layers use these kinds too: their experts' 3D weights split the same dims from the end.
+# Dims count from the end, so a kind fits a 2D weight [N, K] and an experts' 3D weight [E, N, K] alike.
+TP_KINDS = {"replicated": {}, "column": {"weight": -2, "output": -1}, "row": {"input": -1, "weight": -1},
             "reduce": {}, "heads": {"input": -1, "k_cache": 2, "v_cache": 2, "output": -1}}
 # Negative control (read here only): on this rank, World.shard gives the kernel its neighbour's part
 # of every input it slices, while the reference ("output") stays this rank's: a wrong shard.
