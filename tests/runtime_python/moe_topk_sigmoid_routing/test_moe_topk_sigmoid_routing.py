@@ -29,8 +29,8 @@ SHAPES = [
     (9, 64, 8, 8, 4, ("tie", "tie_lane", "all_equal", "random"), "zero"),  # ties; 9 rows > the warps
     (5, 256, 8, 8, 4, ("random",), "random"),                            # DeepSeek-V3's shape
 ]
-CASES = [(torch.bfloat16, *s, 90) for s in SHAPES] + [(torch.float32, *s, 80) for s in SHAPES] + \
-    [(torch.float16, *SHAPES[2], 80)]
+# fp16 logits: the softmax router's kernel test (the same to_float loads; each dtype costs a build)
+CASES = [(torch.bfloat16, *s, 90) for s in SHAPES] + [(torch.float32, *s, 80) for s in SHAPES]
 QUICK = CASES[2]
 TIES_TO_HIGHER = ("(oa == ob && static_cast<uint32_t>(a) < static_cast<uint32_t>(b))",
                   "(oa == ob && static_cast<uint32_t>(a) > static_cast<uint32_t>(b))")
