@@ -1,0 +1,21 @@
+"""moe_w2_linear reference, in float64, unrounded: a loop over the experts with masks (as vLLM's torch_moe).
+
+x [B, topk, K], W [E, N, K], routing [E, B] (slot + 1 where token t routes to expert e, 0: not) ->
+y [B, topk, N]: y[t, slot] = x[t, slot] @ W[e]^T. Also returns claimed [B, topk] (the (token, slot) pairs
+some expert writes). The moe_mask is not read. torch only.
+"""
+import torch
+
+
+def moe_w2_linear(x: torch.Tensor, w: torch.Tensor, routing: torch.Tensor):
+    batch, topk, n = x.shape[0], x.shape[1], w.shape[1]
+    y = torch.zeros(batch, topk, n, dtype=torch.float64)
+    claimed = torch.zeros(batch, topk, dtype=torch.bool)
+    for e in range(w.shape[0]):
+        tokens = (routing[e] > 0).nonzero().flatten()
+        if tokens.numel() == 0:
+            continue
+        slots = routing[e, tokens].long() - 1
+        y[tokens, slots] = x[tokens, slots].double() @ w[e].double().T
+        claimed[tokens, slots] = True
+    return y, claimed
