@@ -45,10 +45,10 @@ def experts_of(mask: torch.Tensor, num_experts: int, first: int, stride: int) ->
     return [e for e in m[first:count:stride].tolist() if 0 <= e < num_experts]
 
 
-def moe_linear_layer(pk, name: str, kind: str, input, weight, moe_routing_indices, moe_mask, output,
-                     grid_dim, block_dim, *, w2: bool) -> Layer:
-    """The checks, partition map and live parts moe_w13_linear_layer and moe_w2_linear_layer share; w2:
-    input [batch, topk, K], one row per (token, slot), instead of [batch, K]."""
+def moe_linear_parts(name: str, input, weight, moe_routing_indices, moe_mask, output, grid_dim, block_dim,
+                     *, w2: bool) -> dict:
+    """The checks, partition map and live parts moe_w13_linear_layer and moe_w2_linear_layer share, as the
+    Layer's arguments after its name and kind; w2: input [batch, topk, K], one row per (token, slot)."""
     grid = check_grid(name, grid_dim, block_dim)
     x = check_tensor(name, "input", input, ndim=3 if w2 else 2, dtype=FLOATS)
     batch, k = x.dims[0], x.dims[-1]
@@ -59,20 +59,20 @@ def moe_linear_layer(pk, name: str, kind: str, input, weight, moe_routing_indice
                          f"weight must be [num_experts, out_features, {k}]")
     r = check_tensor(name, "moe_routing_indices", moe_routing_indices, ndim=2, dtype=int32)
     if r.dims != (experts, batch):
-        raise ValueError(f"layer '{name}': moe_routing_indices '{r.name}' is {r.dims}, expected [num_experts, "
-                         f"batch] = ({experts}, {batch}) (weight '{w.name}' has {experts} experts, input "
-                         f"'{x.name}' {batch} tokens)")
+        raise ValueError(f"layer '{name}': moe_routing_indices '{r.name}' is {r.dims}, expected "
+                         f"[num_experts, batch] = ({experts}, {batch}) (weight '{w.name}' has {experts} "
+                         f"experts, input '{x.name}' {batch} tokens)")
     m = check_tensor(name, "moe_mask", moe_mask, ndim=1, dtype=int32)
     if m.dims != (experts + 1,):
-        raise ValueError(f"layer '{name}': moe_mask '{m.name}' has {m.dims[0]} entries, expected num_experts + "
-                         f"1 = {experts + 1} (the activated experts, then their count)")
+        raise ValueError(f"layer '{name}': moe_mask '{m.name}' has {m.dims[0]} entries, expected "
+                         f"num_experts + 1 = {experts + 1} (the activated experts, then their count)")
     y = check_tensor(name, "output", output, ndim=3, dtype=x.dtype)
     topk = y.dims[1]
     want = (batch, x.dims[1] if w2 else None, n)
     if y.dims[0] != batch or y.dims[2] != n or (w2 and topk != x.dims[1]):
-        raise ValueError(f"layer '{name}': output '{y.name}' is {y.dims}, expected [batch, topk, out_features] "
-                         f"= {tuple('topk' if d is None else d for d in want)} (input '{x.name}' {x.dims}, "
-                         f"weight '{w.name}' {w.dims})")
+        raise ValueError(f"layer '{name}': output '{y.name}' is {y.dims}, expected [batch, topk, "
+                         f"out_features] = {tuple('topk' if d is None else d for d in want)} (input "
+                         f"'{x.name}' {x.dims}, weight '{w.name}' {w.dims})")
     for role, t in (("input", x), ("weight", w), ("moe_routing_indices", r), ("moe_mask", m)):
         if storage(t) & storage(y):
             raise ValueError(f"layer '{name}': output '{y.name}' shares storage with the {role} '{t.name}'; "
@@ -103,12 +103,13 @@ def moe_linear_layer(pk, name: str, kind: str, input, weight, moe_routing_indice
         return {"output": rows[:, :, None].expand(y.dims), "input": read,
                 "weight": used[:, None, None].expand(w.dims)}
 
-    return Layer(name, kind, grid, inputs, outputs, (x.dtype,), live=live,
-                 task_iparams=lambda c: (c[EXPERT_AXIS], stride),
-                 params={"num_experts": experts, "topk": topk, "expert_stride": stride})
+    return dict(grid=grid, inputs=inputs, outputs=outputs, template=(x.dtype,), live=live,
+                task_iparams=lambda c: (c[EXPERT_AXIS], stride),
+                params={"num_experts": experts, "topk": topk, "expert_stride": stride})
 
 
 def moe_w13_linear_layer(pk, name: str, input, weight, moe_routing_indices, moe_mask, output, grid_dim,
                          block_dim) -> Layer:
-    return moe_linear_layer(pk, name, "moe_w13_linear", input, weight, moe_routing_indices, moe_mask, output,
-                            grid_dim, block_dim, w2=False)
+    parts = moe_linear_parts(name, input, weight, moe_routing_indices, moe_mask, output, grid_dim, block_dim,
+                             w2=False)
+    return Layer(name, "moe_w13_linear", **parts)

@@ -1,4 +1,4 @@
-"""moe_w2_linear_layer (MPK's name): the MoE down projection, per routed (token, slot) one x[t, slot] @ W[e]^T.
+"""moe_w2_linear_layer (MPK's name): the MoE down projection, per routed (token, slot) x[t, slot] @ W[e]^T.
 
 input [batch, topk, K] (K = intermediate), weight [num_experts, N, K] (N = hidden), moe_routing_indices
 [num_experts, batch] int32 (slot + 1 where token t routes to expert e as its choice `slot`, 0: not routed),
@@ -11,7 +11,7 @@ moe_w13_linear_layer (layers/moe_w13_linear.py): grid.x the expert stride, grid.
 from __future__ import annotations
 
 from . import Layer
-from .moe_w13_linear import moe_linear_layer
+from .moe_w13_linear import moe_linear_parts
 
 TASK_TYPE = 255          # MPK's TASK_MOE_W2_LINEAR_SM100 (runtime_header.h)
 # Tensor parallelism (mirage.mpk.testing.TP_KINDS): row-parallel, as MPK's MoE down projection: rank r holds
@@ -22,5 +22,6 @@ TP = "row"
 
 def moe_w2_linear_layer(pk, name: str, input, weight, moe_routing_indices, moe_mask, output, grid_dim,
                         block_dim) -> Layer:
-    return moe_linear_layer(pk, name, "moe_w2_linear", input, weight, moe_routing_indices, moe_mask, output,
-                            grid_dim, block_dim, w2=True)
+    parts = moe_linear_parts(name, input, weight, moe_routing_indices, moe_mask, output, grid_dim, block_dim,
+                             w2=True)
+    return Layer(name, "moe_w2_linear", **parts)

@@ -26,7 +26,8 @@ def route(batch: int, experts: int, topk: int, gen: torch.Generator, kind: str =
     """(routing [E, B], mask [E + 1]) int32 in MPK's layout (tests/runtime_python/test_mode/
     test_moe_w13_linear_testmode.py): kind "topk": each token's topk distinct experts drawn at random;
     "one": every token to expert experts // 2 + 1 in slot 0 (the other slots unclaimed); "hole": topk,
-    then token 0's last slot unclaimed. mask: the experts with tokens in increasing order, then their count."""
+    then token 0's last slot unclaimed. mask: the experts with tokens in increasing order, then their
+    count."""
     routing = torch.zeros(experts, batch, dtype=torch.int32)
     for t in range(batch):
         if kind == "one":

@@ -50,7 +50,8 @@ def compare(name, pk, out, expected, claimed, tol, inputs):
     testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk)
 
 
-def run_case(dtype, batch, k, n, experts, topk, kind, grid, jitter=0, output_dir=None, world=testing.ONE_RANK):
+def run_case(dtype, batch, k, n, experts, topk, kind, grid, jitter=0, output_dir=None,
+             world=testing.ONE_RANK):
     gen = testing.generator(offset=batch * 100003 + k * 1009 + n * 7 + experts)      # the same on every rank
     x = testing.randn((batch, k), dtype, gen)
     w_full = testing.randn((experts, n, k), dtype, gen, scale=k ** -0.5)

@@ -19,3 +19,24 @@ def moe_w2_linear(x: torch.Tensor, w: torch.Tensor, routing: torch.Tensor):
         y[tokens, slots] = x[tokens, slots].double() @ w[e].double().T
         claimed[tokens, slots] = True
     return y, claimed
+
+
+def route(batch: int, experts: int, topk: int, gen: torch.Generator, kind: str = "topk"):
+    """(routing [E, B], mask [E + 1]) int32 in MPK's layout: kind "topk": each token's topk distinct experts
+    at random; "one": every token to expert experts // 2 + 1 in slot 0 (the other slots unclaimed);
+    "hole": topk, then token 0's last slot unclaimed. mask: the experts with tokens in increasing order,
+    then their count."""
+    routing = torch.zeros(experts, batch, dtype=torch.int32)
+    for t in range(batch):
+        if kind == "one":
+            routing[experts // 2 + 1, t] = 1
+            continue
+        chosen = torch.randperm(experts, generator=gen)[:topk]
+        routing[chosen, t] = torch.arange(1, topk + 1, dtype=torch.int32)
+    if kind == "hole":
+        routing[routing[:, 0] == topk, 0] = 0
+    active = (routing > 0).any(1).nonzero().flatten()
+    mask = torch.zeros(experts + 1, dtype=torch.int32)
+    mask[:active.numel()] = active.int()
+    mask[experts] = active.numel()
+    return routing, mask
