@@ -87,5 +87,37 @@ def test_moe_w13_linear(dtype, case, tmp_path):
     run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=str(tmp_path))
 
 
+BAD_ROUTING = [("count", "moe_mask\\[num_experts\\]"), ("expert", "names an expert outside"),
+               ("slot", "moe_routing_indices entry is outside")]
+
+
+@pytest.mark.parametrize("spoil,message", BAD_ROUTING, ids=[b[0] for b in BAD_ROUTING])
+def test_moe_w13_linear_bad_routing(spoil, message, tmp_path):
+    """Routing the kernel cannot follow (a mask count above num_experts, an expert id num_experts, a slot
+    above topk) fails the task by name in the generated code, and the memory-safe test mode (guarded
+    copies: red zones, guard pages) finds no access outside a tensor: an MPKRuntimeError, no
+    MPKMemoryError."""
+    from mirage.mpk.errors import MPKMemoryError, MPKRuntimeError
+    gen = testing.generator(offset=5)
+    routing, mask = ref.route(3, 8, 2, gen)
+    if spoil == "count":
+        mask[8] = 9
+    elif spoil == "expert":
+        mask[int(mask[8]) - 1] = 8
+    else:
+        routing[int(mask[0]), routing[int(mask[0])].argmax()] = 3
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=1))
+    t = [pk.attach_input(v, name=n) for v, n in ((testing.randn((3, 64), torch.bfloat16, gen), "x"),
+         (testing.randn((8, 16, 64), torch.bfloat16, gen), "w"), (routing, "routing"), (mask, "mask"),
+         (torch.zeros(3, 2, 16, dtype=torch.bfloat16), "out"))]
+    pk.moe_w13_linear_layer(input=t[0], weight=t[1], moe_routing_indices=t[2], moe_mask=t[3], output=t[4],
+                    grid_dim=moe_grid(2, 3), block_dim=(128, 1, 1))
+    pk.compile(output_dir=str(tmp_path))
+    with pytest.raises(MPKRuntimeError, match=message) as info:
+        pk()
+    assert not isinstance(info.value, MPKMemoryError)
+    pk.finalize()
+
+
 if __name__ == "__main__":
     testing.run_cases_as_script("moe_w13_linear", run_case, DTYPES, CASES, _jitter)

@@ -12,7 +12,8 @@ Run: python tests/runtime_python/moe_w2_linear/test_moe_w2_linear_testmode.py   
      projection: every rank draws the same unsharded tensors, keeps columns [r*K/W, (r+1)*K/W) of the input
      and of every expert's weight and computes its partial sums; then, as there is no view of the
      [B, topk, N] output as allreduce_layer's [B, N], a second kernel allreduces the partials attached
-     as [B * topk, N] (the unclaimed rows zeroed). Checks per rank: the partial against its own float64
+     as [B * topk, N] (the unclaimed rows zeroed; its files in the case directory, the partial kernel's
+     in its partial/). Checks per rank: the partial against its own float64
      reference, the sum against the gathered partials and against the unsharded reference (the composed
      budget: K + W terms, each partial rounded once), the sum bit-identical across ranks)
 """
@@ -72,7 +73,10 @@ def run_case(dtype, batch, k, n, experts, topk, kind, grid, jitter=0, output_dir
     out_dt = pk.attach_input(out, name="out")
     pk.moe_w2_linear_layer(input=dts[0], weight=dts[1], moe_routing_indices=dts[2], moe_mask=dts[3],
                            output=out_dt, grid_dim=moe_grid(*grid), block_dim=(128, 1, 1))
-    pk.compile(output_dir=output_dir)
+    # several ranks: this kernel's files in the case directory's partial/, the allreduce kernel's (the one
+    # returned, whose output every rank must agree on) in the case directory itself
+    several = output_dir and world.size > 1
+    pk.compile(output_dir=os.path.join(output_dir, "partial") if several else output_dir)
     pk()
     pk.finalize()
     expected, claimed = ref.moe_w2_linear(x, w, routing)
@@ -87,7 +91,7 @@ def run_case(dtype, batch, k, n, experts, topk, kind, grid, jitter=0, output_dir
     if world.size == 1:
         return pk
     pk2, part, summed = allreduced(dtype, out, claimed, jitter, world)
-    pk2.compile(output_dir=os.path.join(output_dir, "allreduce") if output_dir else None)
+    pk2.compile(output_dir=output_dir)
     pk2()
     pk2.finalize()
     parts = world.gather(part.clone())
@@ -112,6 +116,38 @@ def _jitter(dtype, case) -> int:
                                                       f"cols{c[6][0]}-stride{c[6][1]}")
 def test_moe_w2_linear(dtype, case, tmp_path):
     run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=str(tmp_path))
+
+
+BAD_ROUTING = [("count", "moe_mask\\[num_experts\\]"), ("expert", "names an expert outside"),
+               ("slot", "moe_routing_indices entry is outside")]
+
+
+@pytest.mark.parametrize("spoil,message", BAD_ROUTING, ids=[b[0] for b in BAD_ROUTING])
+def test_moe_w2_linear_bad_routing(spoil, message, tmp_path):
+    """Routing the kernel cannot follow (a mask count above num_experts, an expert id num_experts, a slot
+    above topk) fails the task by name in the generated code, and the memory-safe test mode (guarded
+    copies: red zones, guard pages) finds no access outside a tensor: an MPKRuntimeError, no
+    MPKMemoryError."""
+    from mirage.mpk.errors import MPKMemoryError, MPKRuntimeError
+    gen = testing.generator(offset=5)
+    routing, mask = ref.route(3, 8, 2, gen)
+    if spoil == "count":
+        mask[8] = 9
+    elif spoil == "expert":
+        mask[int(mask[8]) - 1] = 8
+    else:
+        routing[int(mask[0]), routing[int(mask[0])].argmax()] = 3
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=1))
+    t = [pk.attach_input(v, name=n) for v, n in ((testing.randn((3, 2, 64), torch.bfloat16, gen), "x"),
+         (testing.randn((8, 16, 64), torch.bfloat16, gen), "w"), (routing, "routing"), (mask, "mask"),
+         (torch.zeros(3, 2, 16, dtype=torch.bfloat16), "out"))]
+    pk.moe_w2_linear_layer(input=t[0], weight=t[1], moe_routing_indices=t[2], moe_mask=t[3], output=t[4],
+                    grid_dim=moe_grid(2, 3), block_dim=(128, 1, 1))
+    pk.compile(output_dir=str(tmp_path))
+    with pytest.raises(MPKRuntimeError, match=message) as info:
+        pk()
+    assert not isinstance(info.value, MPKMemoryError)
+    pk.finalize()
 
 
 if __name__ == "__main__":
