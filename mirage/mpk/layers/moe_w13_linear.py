@@ -15,8 +15,9 @@ routing tensors' data). (MPK's demo_30B_A3B.py grid (10, 12, 1) splits N = 2 x 7
 into 12 tiles of 128; its test_mode/test_moe_w13_linear_testmode.py uses that grid with N = 5120, which
 12 does not divide: refused here, as any split that does not divide its dim.) A (token, slot) that no
 expert claims is written by no task and keeps what it held (test mode: its poison; the unwritten-element
-check requires only the claimed ones). Routing the kernel cannot follow (mask count outside [0, E], an expert id outside [0, E), an entry outside
-[0, topk]) fails the task (task_fail) before any access outside the tensors.
+check requires only the claimed ones). Routing the kernel cannot follow (mask count outside [0, E], an
+expert id outside [0, E), an entry outside [0, topk]) fails the task (task_fail) before any access
+outside the tensors.
 """
 from __future__ import annotations
 
