@@ -46,7 +46,6 @@ def on_all_ranks(what: str):
 #   reduce:     the allreduce: each rank's input is its own partial; the sum is bit-identical on all
 #   heads:      attention: rank r holds its KV heads with their query groups: its columns of the packed
 #               input (grouped per KV head) and of the output, its heads of the caches
-# MoE layers use these kinds too: their experts' 3D weights split the same dims from the end.
 # Dims count from the end, so a kind fits a 2D weight [N, K] and an experts' 3D weight [E, N, K] alike.
 TP_KINDS = {"replicated": {}, "column": {"weight": -2, "output": -1}, "row": {"input": -1, "weight": -1},
             "reduce": {}, "heads": {"input": -1, "k_cache": 2, "v_cache": 2, "output": -1}}

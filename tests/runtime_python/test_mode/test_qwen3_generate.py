@@ -195,17 +195,12 @@ SAMPLED_RUNS = {"all_slots": ({}, 5), "all_slots_again": ({}, 9), "chunked": (CA
 SHARP = 10.0     # the test model's logits have a spread of about 0.2: scaled so the draw depends on them
 
 
-def sharpened(model, scale=SHARP):
-    """A copy with its LM head scaled: logits x scale (temperature 1 / scale)."""
+def sharpened(model):
+    """A copy with its LM head scaled: logits x SHARP (temperature 1 / SHARP)."""
     m = copy.deepcopy(model)
     with torch.no_grad():
-        m.lm_head.weight.mul_(scale)
+        m.lm_head.weight.mul_(SHARP)
     return m
-
-
-def flat(model):
-    """The control reference of a sampler that ignores its logits: every logit 0 (noise alone)."""
-    return sharpened(model, 0.0)
 
 
 def sampled_run(model, ps, seed, kp, jitter, tmp_path):
@@ -219,20 +214,31 @@ def sampled_run(model, ps, seed, kp, jitter, tmp_path):
 
 
 @torch.no_grad()
-def gumbel_max_of_hf(model, ps, tokens, step, seed):
-    """Per request r, teacher-forced on the kernel's own sequence: HF's fp32 logits at each position q it
-    decoded from (len(prompt) - 1 .. step[r] - 1), the Gumbel-max draw under (seed, request r, position q)
-    (tests/runtime_python/sampling_sm100/pytorch_reference.py: Philox4x32-10 and the transform in float64,
-    near-ties within its GAP accept either id). Returns (kernel ids, expected ids, near-tie count)."""
-    got, want, near = [], [], 0
+def hf_logits_on(model, ps, tokens, step):
+    """Per request r, teacher-forced on the kernel's own sequence (one HF forward each): (the ids it drew
+    [n, 1], HF's fp32 logits at the positions q they were drawn from [n, vocab], q = len(prompt) - 1 ..
+    step[r] - 1)."""
+    rows = []
     for r, prompt in enumerate(ps):
         seq = tokens[r, :int(step[r]) + 1]
-        logits = model(input_ids=seq[None], use_cache=False).logits[0]
         q = torch.arange(len(prompt) - 1, int(step[r]))
-        ids = seq[q + 1].view(-1, 1)
-        w, n = SAMPLING.expected(ids, logits[q], seed, [r] * len(q), q)
-        got, want, near = got + [ids], want + [w], near + n
-    return torch.cat(got), torch.cat(want), near
+        rows.append((seq[q + 1].view(-1, 1), model(input_ids=seq[None], use_cache=False).logits[0, q], q))
+    return rows
+
+
+def gumbel_max(rows, seed, logits_of=lambda x: x):
+    """The Gumbel-max draw of each row's logits_of(logits) under (seed, request r, position q)
+    (tests/runtime_python/sampling_sm100/pytorch_reference.py: Philox4x32-10 and the transform in float64,
+    near-ties within its GAP accept either id). Returns (kernel ids, expected ids, near-tie count)."""
+    want, near = [], 0
+    for r, (ids, logits, q) in enumerate(rows):
+        w, n = SAMPLING.expected(ids, logits_of(logits), seed, [r] * len(q), q)
+        want, near = want + [w], near + n
+    return torch.cat([ids for ids, _, _ in rows]), torch.cat(want), near
+
+
+def gumbel_max_of_hf(model, ps, tokens, step, seed):
+    return gumbel_max(hf_logits_on(model, ps, tokens, step), seed)
 
 
 def test_sampled_decode_reproduces_bit_for_bit_and_draws_gumbel_max_of_hf_logits(model, tmp_path):
@@ -250,20 +256,20 @@ def test_sampled_decode_reproduces_bit_for_bit_and_draws_gumbel_max_of_hf_logits
         testing.assert_equal(f"qwen3_sampled[{k}].tokens vs all_slots (seed {SEED})", tk, tokens)
         testing.assert_equal(f"qwen3_sampled[{k}].step vs all_slots (seed {SEED})", st, step)
     testing.assert_equal("qwen3_sampled.step (every request to max_seq_length - 1)", step, [L - 1] * len(ps))
-    got, want, near = gumbel_max_of_hf(model, ps, tokens, step, SEED)
+    rows = hf_logits_on(model, ps, tokens, step)
+    got, want, near = gumbel_max(rows, SEED)
     testing.assert_equal(f"qwen3_sampled[seed={SEED}]: {got.numel()} drawn tokens vs Gumbel-max of HF logits "
                          f"({near} near-ties)", got, want)
     # the draws follow the logits (some are the argmax, not all): HF's argmax on the same prefixes
-    with torch.no_grad():
-        argmax = torch.cat([model(input_ids=tokens[r:r + 1, :int(step[r])]).logits[0, len(p) - 1:].argmax(-1)
-                            for r, p in enumerate(ps)])
+    argmax = torch.cat([logits.argmax(-1) for _, logits, _ in rows])
     greedy = int((argmax == got.view(-1)).sum())
     assert 0 < greedy < got.numel(), (greedy, got.numel())
     other, _ = sampled_run(model, ps, SEED + 1, {}, 5, str(tmp_path))
     moved = int((other != tokens).sum())
-    controls = (("another seed", model, SEED + 1), ("logits ignored", flat(model), SEED))
-    rejected = {what: int((gumbel_max_of_hf(m, ps, tokens, step, seed)[1] != got).sum())
-                for what, m, seed in controls}
+    # a sampler that ignored its logits draws the noise's argmax: every logit 0
+    controls = (("another seed", SEED + 1, lambda x: x), ("logits ignored", SEED, torch.zeros_like))
+    rejected = {what: int((gumbel_max(rows, seed, logits_of)[1] != got).sum())
+                for what, seed, logits_of in controls}
     assert moved > 0 and min(rejected.values()) > got.numel() // 4, (moved, rejected)
     label = f"qwen3_sampled[seed={SEED},prompts={list(PROMPTS)},L={L},page={PAGE},logits x{SHARP}]"
     testing.say(f"TOKENS {label}: "
