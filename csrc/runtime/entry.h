@@ -8,6 +8,9 @@
 // crosses the C ABI. All state lives in the handle mpk_init returns, so kernels sharing one
 // loaded .so share nothing.
 #pragma once
+// MPK_DISPATCHER_OBJECT: the dispatcher's half of the CPU backend's two-object build
+// (mirage/mpk/build.py); the entry points are the runtime object's, so nothing here.
+#if !defined(MPK_DISPATCHER_OBJECT)
 #if defined(MPK_FAULT_INJECTION) && !defined(MPK_INJECT_FAULT)
 #error "runtime/entry.h: a fault-injection build needs MPK_INJECT_FAULT from the generated code"
 #endif
@@ -382,7 +385,8 @@ MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* cons
         return MPK_INTERNAL;
     }
     if (status != 0) {
-        k.message = "mpk_run_task: task " + std::to_string(pos) + ": the module has no variant " + std::to_string(t.variant);
+        k.message = "mpk_run_task: task " + std::to_string(pos) + (status == 2 ? ": the module was built without the one-task "
+                    "launcher (-DMPK_NO_ONE_TASK_LAUNCHER)" : ": the module has no variant " + std::to_string(t.variant));
         return MPK_INVALID;
     }
     return MPK_OK;
@@ -443,3 +447,4 @@ MPK_EXPORT int mpk_abort(void* handle) {
     mpk::st_release(&static_cast<mpk::Handle*>(handle)->interrupt, int32_t(1));
     return 0;
 }
+#endif  // !MPK_DISPATCHER_OBJECT

@@ -44,7 +44,14 @@ template <typename T> MPK_DEVICE MPK_INLINE T* smem(size_t byte_offset, size_t /
 
 #else
 #include "simt_cpu.h"
+// The CPU build compiles a generated module as two objects (mirage/mpk/build.py): the runtime's,
+// built once per flags and cached, and the dispatcher's (MPK_DISPATCHER_OBJECT), whose
+// execute_task the runtime's object calls: there it is an ordinary external function.
+#if defined(MPK_DISPATCHER_OBJECT)
+#define MPK_DISPATCH
+#else
 #define MPK_DISPATCH inline
+#endif
 #endif
 
 // blockIdx and gridDim are refused in task kernels, at compile time on both backends: a persistent

@@ -143,10 +143,11 @@ def cache(args: list[str]) -> int:
         print(f"removed {root}")
     elif action == "list":
         entries = sorted(e for e in os.listdir(root) if len(e) == 64) if os.path.isdir(root) else []
-        for e in entries:
-            so = os.path.join(root, e, "module.so")
-            print(f"{e[:16]}  {os.path.getsize(so) if os.path.exists(so) else 0:>9} bytes")
-        print(f"{len(entries)} module(s) in {root}")
+        for e in entries:   # a module, or the CPU backend's runtime object (mirage/mpk/build.py)
+            kept = [f for f in ("module.so", "runtime.o") if os.path.exists(os.path.join(root, e, f))]
+            size = os.path.getsize(os.path.join(root, e, kept[0])) if kept else 0
+            print(f"{e[:16]}  {size:>9} bytes  {kept[0] if kept else '-'}")
+        print(f"{len(entries)} entries in {root}")
     else:
         print(f"unknown cache action {action!r}; use list, clear or path", file=sys.stderr)
         return 2

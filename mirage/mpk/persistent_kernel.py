@@ -337,7 +337,7 @@ class PersistentKernel:
             self.output_files = codegen.write_outputs(output_dir, self.mpi_rank, src, graph_json)
             log.info("wrote %s and %s", *self.output_files)
         self.build = build_mod.compile_module(src, self.device.type, self.test_mode, self.sanitize, injecting,
-                                              self.target_cc, what=", ".join(variants.cases))
+                                              self.target_cc, what=", ".join(variants.cases), generated=True)
         if self.device.type == "cpu" and os.environ.get("MPK_ALSO_BUILD_CUDA"):  # gpu_check.sh --prepare:
             build_mod.compile_module(codegen.source(variants, "cuda", injecting), "cuda",  # the CUDA module
                                      self.test_mode, "", injecting, int(os.environ["MPK_ALSO_BUILD_CUDA"]))

@@ -142,6 +142,49 @@ def test_second_identical_kernel_hits_the_cache():
     b.finalize()
 
 
+def test_cpu_modules_share_one_runtime_object(tmp_path, monkeypatch):
+    """The CPU backend links a generated module from the cached runtime object and the dispatcher's
+    object (mirage/mpk/build.py, RUNTIME_TU): two variant sets are two modules over one runtime.o, and
+    both run. Negative control: a damaged runtime.o is discarded and rebuilt, never linked."""
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path))
+    x, w = testing.randn((4, 64), gen=testing.generator(1)), testing.randn((32, 64), gen=testing.generator(2))
+    a = join_kernel()
+    a.compile()
+    lin = _linear_kernel(x, w, torch.zeros(4, 32))
+    runtimes = sorted(tmp_path.glob("*/runtime.o"))
+    modules = sorted(tmp_path.glob("*/module.so"))
+    print(f"TWO OBJECTS: {len(modules)} modules over {len(runtimes)} runtime object(s); first miss "
+          f"{a.build.seconds:.2f} s (the runtime's object too), second {lin.build.seconds:.2f} s")
+    assert len(runtimes) == 1 and len(modules) == 2, (runtimes, modules)
+    assert "-DMPK_DISPATCHER_OBJECT" in a.build.command and "-c" in a.build.command, a.build.command
+    a()
+    lin()
+    assert torch.equal(a.get_tensor("z"), a.get_tensor("x"))
+    ref = x.double() @ w.double().T
+    testing.assert_close("linear (two objects)", lin.get_tensor("y"), ref,
+                         testing.tol_linear(torch.float32, 64, x.double().abs() @ w.double().abs().T))
+    a.finalize()
+    lin.finalize()
+
+    with open(runtimes[0], "r+b") as f:        # damaged: its checksum record no longer matches
+        f.truncate(100)
+    b = join_kernel(rows=3)
+    b.compile()                                # same variants: the module is a hit, nothing is linked
+    assert b.build.hit, "the module itself was whole"
+    d = new_pk()
+    xd = d.attach_input(torch.ones(2, 96, dtype=torch.bfloat16), name="x")
+    yd = d.attach_input(torch.zeros(2, 96, dtype=torch.bfloat16), name="y")
+    d.identity_layer(input=xd, output=yd, grid_dim=(1, 1, 1), block_dim=BLOCK)
+    with mpk_log() as log:
+        d.compile()                            # a new variant set: needs the runtime object again
+    assert any("is damaged" in m and "runtime.o" in m for m in log), log
+    assert os.path.getsize(runtimes[0]) > 100, "the runtime object was rebuilt"
+    d()
+    assert torch.equal(d.get_tensor("y"), d.get_tensor("x"))
+    for k in (b, d):
+        k.finalize()
+
+
 def test_cache_miss_hit_flags_source_and_dir(tmp_path, monkeypatch):
     root = tmp_path / "cache"
     monkeypatch.setenv("MPK_CACHE_DIR", str(root))
