@@ -1,7 +1,9 @@
 // dtypes.h: the element types of task kernels and their conversions to and from fp32.
 //
 // Types: bf16_t and fp16_t (16-bit storage; plain structs on the host, CUDA's
-// __nv_bfloat16 / __half under nvcc), and float, int32_t, int64_t as they are.
+// __nv_bfloat16 / __half under nvcc), fp8_e4m3_t (OCP E4M3, torch.float8_e4m3fn: 1 sign,
+// 4 exponent bits with bias 7, 3 mantissa bits, no inf, NaN = S.1111.111; a struct on the
+// host, __nv_fp8_e4m3 under nvcc), and float, int32_t, int64_t as they are.
 // Kernels load with to_float, do fp32 math, and round once on store:
 //     float y = f(to_float(x[i]));  out[i] = from_float<T>(y);
 // from_float rounds to nearest, ties to even, like torch's CPU tensor
@@ -9,6 +11,9 @@
 // inf (|f| >= 65520 for fp16), and NaN as torch's vectorized (AVX2/AVX-512) path gives it:
 //   bf16: every NaN -> 0xFFFF (c10's scalar path gives 0x7FC0; torch disagrees with itself)
 //   fp16: sign | 0x7E00 | top 10 payload bits (F16C vcvtps2ph); fp16 -> fp32 sets the quiet bit.
+// fp8_e4m3: ties to even as well, but it SATURATES as CUDA's __nv_fp8_e4m3(float) does
+// (__NV_SATFINITE): |f| >= 448 (inf too) -> +-448, NaN -> 0x7F. torch's cast gives NaN from
+// 480 up; the two agree bit for bit below 480 (a quantizer clamps to +-448 first).
 // Under nvcc the CUDA intrinsics are used; they agree except for NaN bits.
 // Test: tests/csrc/test_kernels_dtypes.cpp; run: bash tests/csrc/run_kernel_tests.sh test_kernels_dtypes
 #pragma once
@@ -18,6 +23,7 @@
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #endif
 
 namespace mpk {
@@ -25,10 +31,12 @@ namespace mpk {
 #if defined(__CUDACC__)
 using bf16_t = __nv_bfloat16;
 using fp16_t = __half;
+using fp8_e4m3_t = __nv_fp8_e4m3;
 #else
 struct bf16_t { uint16_t bits; };  // fp32's top 16 bits: 1 sign, 8 exponent, 7 mantissa
 struct fp16_t { uint16_t bits; };  // IEEE binary16: 1 sign, 5 exponent (bias 15), 10 mantissa
-static_assert(sizeof(bf16_t) == 2 && sizeof(fp16_t) == 2, "16-bit storage types");
+struct fp8_e4m3_t { uint8_t bits; };  // OCP E4M3: 1 sign, 4 exponent (bias 7), 3 mantissa
+static_assert(sizeof(bf16_t) == 2 && sizeof(fp16_t) == 2 && sizeof(fp8_e4m3_t) == 1, "storage types");
 #endif
 
 MPK_HOST_DEVICE MPK_INLINE float to_float(float x) { return x; }
@@ -43,6 +51,8 @@ MPK_HOST_DEVICE MPK_INLINE float to_float(bf16_t x) { return __bfloat162float(x)
 MPK_HOST_DEVICE MPK_INLINE float to_float(fp16_t x) { return __half2float(x); }
 template <> MPK_HOST_DEVICE MPK_INLINE bf16_t from_float<bf16_t>(float f) { return __float2bfloat16_rn(f); }
 template <> MPK_HOST_DEVICE MPK_INLINE fp16_t from_float<fp16_t>(float f) { return __float2half_rn(f); }
+MPK_HOST_DEVICE MPK_INLINE float to_float(fp8_e4m3_t x) { return static_cast<float>(x); }
+template <> MPK_HOST_DEVICE MPK_INLINE fp8_e4m3_t from_float<fp8_e4m3_t>(float f) { return fp8_e4m3_t(f); }
 #else
 inline uint32_t float_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 inline float bits_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -86,6 +96,36 @@ template <> inline fp16_t from_float<fp16_t>(float f) {
     uint32_t q = mant24 >> shift;
     q += (rem > half || (rem == half && (q & 1))) ? 1 : 0;  // may carry into 2^-14: still right
     return fp16_t{static_cast<uint16_t>(sign | q)};
+}
+
+inline float to_float(fp8_e4m3_t x) {
+    const uint32_t sign = static_cast<uint32_t>(x.bits & 0x80) << 24;
+    const uint32_t exp = (x.bits >> 3) & 0xF, mant = x.bits & 0x7;
+    if (exp == 0xF && mant == 0x7) return bits_float(sign | 0x7FC00000u);  // the only NaN
+    if (exp == 0) {   // zero or subnormal: mant * 2^-9
+        const float v = static_cast<float>(mant) * 0x1p-9f;
+        return sign ? -v : v;
+    }
+    return bits_float(sign | ((exp + 120) << 23) | (mant << 20));  // rebias 7 -> 127
+}
+
+template <> inline fp8_e4m3_t from_float<fp8_e4m3_t>(float f) {
+    const uint32_t u = float_bits(f);
+    const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80);
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return fp8_e4m3_t{0x7F};
+    if (a >= 0x43E00000u) return fp8_e4m3_t{static_cast<uint8_t>(sign | 0x7E)};  // >= 448, inf: saturate
+    if (a >= 0x3C800000u) {  // normal (>= 2^-6): rebias 127 -> 7, round 20 bits to even (448 at most)
+        a -= 120u << 23;
+        return fp8_e4m3_t{static_cast<uint8_t>(sign | ((a + 0x7FFFFu + ((a >> 20) & 1)) >> 20))};
+    }
+    if (a <= 0x3A800000u) return fp8_e4m3_t{sign};  // |f| <= 2^-10: the tie goes to even, zero
+    // Subnormal: |f| / 2^-9 = mant24 * 2^(exp - 141), a shift of 21..24.
+    const uint32_t exp = a >> 23, mant24 = (a & 0x7FFFFFu) | 0x800000u, shift = 141 - exp;
+    const uint32_t rem = mant24 & ((1u << shift) - 1), half = 1u << (shift - 1);
+    uint32_t q = mant24 >> shift;
+    q += (rem > half || (rem == half && (q & 1))) ? 1 : 0;  // may carry into 2^-6: still right
+    return fp8_e4m3_t{static_cast<uint8_t>(sign | q)};
 }
 #endif
 

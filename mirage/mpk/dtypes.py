@@ -25,10 +25,13 @@ class DType:
 bfloat16 = DType("bfloat16", torch.bfloat16, "mpk::bf16_t", 2, 2.0**-8)
 float16 = DType("float16", torch.float16, "mpk::fp16_t", 2, 2.0**-11)
 float32 = DType("float32", torch.float32, "float", 4, 2.0**-24)
+# OCP E4M3 (torch.float8_e4m3fn): 3 mantissa bits, p = 4; storage for fp8 weights and activations with
+# block scales, never a layer's compute type (csrc/runtime/dtypes.h: it saturates at +-448)
+float8_e4m3 = DType("float8_e4m3", torch.float8_e4m3fn, "mpk::fp8_e4m3_t", 1, 2.0**-4)
 int32 = DType("int32", torch.int32, "int32_t", 4, 0.0)
 int64 = DType("int64", torch.int64, "int64_t", 8, 0.0)
 
-ALL = (bfloat16, float16, float32, int32, int64)
+ALL = (bfloat16, float16, float32, float8_e4m3, int32, int64)
 FLOATS = (bfloat16, float16, float32)     # what every float layer's kernel is instantiated for
 _BY_TORCH = {d.torch: d for d in ALL}
 _BY_NAME = {d.name: d for d in ALL}

@@ -161,7 +161,8 @@ import torch
 from ..dtypes import DType, to_dtype
 
 U32 = 2.0**-24
-_TINY = {torch.bfloat16: 2.0**-133, torch.float16: 2.0**-24, torch.float32: 2.0**-149}
+_TINY = {torch.bfloat16: 2.0**-133, torch.float16: 2.0**-24, torch.float32: 2.0**-149,
+         torch.float8_e4m3fn: 2.0**-9}
 RMS_LIMIT = 3.0         # the rms ratio's limit T (module doc: false alarms <= 2 / ((T^2 - 1)^2 n_eff))
 RMS_MIN_N = 64          # the fewest effective elements for which the rms ratio is checked
 
