@@ -57,6 +57,15 @@ template <> MPK_HOST_DEVICE MPK_INLINE fp8_e4m3_t from_float<fp8_e4m3_t>(float f
 inline uint32_t float_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 inline float bits_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
+// A narrow format's subnormal code of the normal fp32 magnitude a (bits): mant24 * 2^(exp - bias)
+// rounded to an integer, ties to even, with shift = bias - exp in 1..31 (the caller's range).
+inline uint32_t subnormal_even(uint32_t a, uint32_t bias) {
+    const uint32_t mant24 = (a & 0x7FFFFFu) | 0x800000u, shift = bias - (a >> 23);
+    const uint32_t rem = mant24 & ((1u << shift) - 1), half = 1u << (shift - 1);
+    const uint32_t q = mant24 >> shift;
+    return q + ((rem > half || (rem == half && (q & 1))) ? 1 : 0);
+}
+
 inline float to_float(bf16_t x) { return bits_float(static_cast<uint32_t>(x.bits) << 16); }
 
 inline float to_float(fp16_t x) {
@@ -90,12 +99,8 @@ template <> inline fp16_t from_float<fp16_t>(float f) {
         return fp16_t{static_cast<uint16_t>(sign | ((a + 0xFFFu + ((a >> 13) & 1)) >> 13))};
     }
     if (a <= 0x33000000u) return fp16_t{sign};  // |f| <= 2^-25: the tie goes to even, zero
-    // Subnormal half: |f| / 2^-24 = mant24 * 2^(exp - 126), with a shift of 14..24.
-    const uint32_t exp = a >> 23, mant24 = (a & 0x7FFFFFu) | 0x800000u, shift = 126 - exp;
-    const uint32_t rem = mant24 & ((1u << shift) - 1), half = 1u << (shift - 1);
-    uint32_t q = mant24 >> shift;
-    q += (rem > half || (rem == half && (q & 1))) ? 1 : 0;  // may carry into 2^-14: still right
-    return fp16_t{static_cast<uint16_t>(sign | q)};
+    // Subnormal half: |f| / 2^-24 = mant24 * 2^(exp - 126), a shift of 14..24 (a carry into 2^-14 is right).
+    return fp16_t{static_cast<uint16_t>(sign | subnormal_even(a, 126))};
 }
 
 inline float to_float(fp8_e4m3_t x) {
@@ -120,12 +125,8 @@ template <> inline fp8_e4m3_t from_float<fp8_e4m3_t>(float f) {
         return fp8_e4m3_t{static_cast<uint8_t>(sign | ((a + 0x7FFFFu + ((a >> 20) & 1)) >> 20))};
     }
     if (a <= 0x3A800000u) return fp8_e4m3_t{sign};  // |f| <= 2^-10: the tie goes to even, zero
-    // Subnormal: |f| / 2^-9 = mant24 * 2^(exp - 141), a shift of 21..24.
-    const uint32_t exp = a >> 23, mant24 = (a & 0x7FFFFFu) | 0x800000u, shift = 141 - exp;
-    const uint32_t rem = mant24 & ((1u << shift) - 1), half = 1u << (shift - 1);
-    uint32_t q = mant24 >> shift;
-    q += (rem > half || (rem == half && (q & 1))) ? 1 : 0;  // may carry into 2^-6: still right
-    return fp8_e4m3_t{static_cast<uint8_t>(sign | q)};
+    // Subnormal: |f| / 2^-9 = mant24 * 2^(exp - 141), a shift of 21..24 (a carry into 2^-6 is right).
+    return fp8_e4m3_t{static_cast<uint8_t>(sign | subnormal_even(a, 141))};
 }
 #endif
 
