@@ -1,7 +1,7 @@
 """Ctrl-C stops a run (issue 11, docs/runtime.md "Interrupts"): a signal sent to a process inside pk()
 gives control back within about a second, on one rank and under mpirun.
 
-    python test_interrupt.py chain       96 chained fp32 linears (a pass of about 20 s here)
+    python test_interrupt.py chain       96 chained fp32 linears (a pass of about 10 s here)
     python test_interrupt.py inside      one linear task of about 15 s: it cannot be stopped
     mpirun -n 2 python test_interrupt.py ranks [symmetric]    the chain (plus an allreduce: symmetric
                                          memory, node-shared signal counters)
@@ -35,7 +35,7 @@ import torch
 from mirage.mpk import testing
 from mirage.mpk.persistent_kernel import PersistentKernel
 
-LAYERS, ROWS, FEATURES = 96, 256, 2048    # about 0.2 s per linear task here: a pass of 20 s
+LAYERS, ROWS, FEATURES = 96, 128, 2048    # about 0.1 s per linear task here: a pass of 10 s
 EXIT_WITHIN_S = 3.0                       # on a loaded 2-core machine
 
 
@@ -169,8 +169,11 @@ def signal_child(cmd: list[str], processes: int, sig: int, ready: str) -> tuple[
 
 def test_sigint_stops_a_long_pass():
     code, out, elapsed = signal_child([sys.executable, __file__, "chain"], 1, signal.SIGINT, "RUNNING")
+    # A worker inside a linear when the signal came finishes it first; on a loaded machine that can
+    # outlast the 1 s grace (a CI run saw it), and the message then names that task as well.
     done = re.search(r"KeyboardInterrupt: interrupted \(mpk_abort\) during pass 1 after (\d+) of 96 tasks; "
-                     r"the workers stopped between tasks; the kernel cannot run again: call finalize", out)
+                     r"the workers stopped between tasks; (task \d+ = 'linear_\d+'\(0, 0, 0\) \(iteration 1\) "
+                     r"is still inside its kernel on worker \d; )?the kernel cannot run again: call finalize", out)
     print(f"TIMING SIGINT once a linear of a 96-linear pass finished -> exit {code} after {elapsed:.2f} s "
           f"({done.group(1) if done else '?'} of 96 tasks done)")
     assert elapsed < EXIT_WITHIN_S, out
