@@ -1,0 +1,160 @@
+"""moe_w13_linear: the kernel alone (testing.run_tasks; docs/kernel_tests.md).
+
+Each task runs by itself on one emulated worker block, everything outside its declared tiles poisoned,
+and, the layer's tasks sharing output tiles (Layer.live), outside its live parts: the input rows of its
+experts' tokens, its experts' weights, the (token, slot) rows of its experts' tokens. So a task that
+handles an expert not its own (ignoring the expert stride), writes the wrong slot or leaves a claimed
+element unwritten is a testing.MPKFootprintError naming its grid coordinate. The routing tensors are
+whole inputs of every task, loaded as given. Covers, for bf16, fp16 and fp32 at 128 threads (target_cc
+80) and 256 (90): every task of expert strides 1, 3 and 5 (more activated experts than the stride)
+with non-power-of-two column splits, one-column tiles, topk 1, 2 and 8, 8, 64 and 128 experts, one
+token, every token to one expert, a slot no expert claims; the edge tasks of a larger grid; x a column
+block of a wider matrix (its row stride is not K) and odd K (the scalar path). Negative controls:
+a kernel ignoring the expert stride, one writing slot + 1 instead of the slot; routing the kernel
+cannot follow (mask count > E, an expert id >= E, an entry > topk) fails the task by name.
+
+Run: python tests/runtime_python/moe_w13_linear/test_moe_w13_linear.py
+     (or pytest this file; -k to pick cases)
+"""
+import sys
+
+import pytest
+import torch
+
+from mirage.mpk import testing
+from mirage.mpk.layers.moe_w13_linear import moe_grid
+
+ref = testing.load_reference(__file__)
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+TARGETS = [80, 90]       # the worker block: 128 threads (sm_80), 256 (sm_90a / sm_100a)
+# (batch, K, N, experts, topk, routing kind, (column tiles = grid.y, expert stride = grid.x), coords)
+SHAPES = [
+    (1, 64, 48, 8, 2, "topk", (3, 1), None),        # one token; stride 1
+    (6, 96, 40, 8, 8, "topk", (5, 3), None),        # topk 8 of 8: 8 experts over a stride of 3
+    (5, 128, 12, 64, 1, "one", (12, 2), None),      # every token to one expert; one-column tiles
+    (8, 72, 24, 128, 8, "topk", (3, 5), "edges"),   # 128 experts over a stride of 5: first and last task
+    (3, 37, 16, 8, 2, "hole", (2, 3), None),        # odd K (scalar path); a slot no expert claims
+]
+
+
+block_dim = testing.worker_block_dim
+
+
+def inputs(dtype, batch, k, n, experts, topk, kind, x_stride=None):
+    gen = testing.generator(offset=batch * 100003 + k * 1009 + n * 7 + experts)
+    if x_stride is None:
+        x = testing.randn((batch, k), dtype, gen)
+    else:
+        x = testing.strided_view((batch, k), (x_stride, 1), dtype, gen)
+    w = testing.randn((experts, n, k), dtype, gen, scale=k ** -0.5)
+    routing, mask = ref.route(batch, experts, topk, gen, kind)
+    return x, w, routing, mask
+
+
+def run_kernel(dtype, x, w, routing, mask, topk, grid, coords, target_cc):
+    out = torch.zeros(x.shape[0], topk, w.shape[1], dtype=dtype)
+    run = testing.run_tasks(
+        lambda pk, t: pk.moe_w13_linear_layer(input=t["x"], weight=t["w"], moe_routing_indices=t["routing"],
+                                              moe_mask=t["mask"], output=t["out"], grid_dim=moe_grid(*grid),
+                                              block_dim=block_dim(target_cc)),
+        {"x": x, "w": w, "routing": routing, "mask": mask, "out": out}, coords=coords, target_cc=target_cc)
+    expected, claimed = ref.moe_w13_linear(x, w, routing, topk)
+    scale = ref.moe_w13_linear(x.abs(), w.abs(), routing, topk)[0]
+    # the unclaimed rows: no task's live part, so never compared (run.check covers the tasks' live tiles)
+    run.check("out", expected, testing.tol_linear(dtype, x.shape[1], scale), inputs=(x, w))
+    return run
+
+
+@pytest.mark.parametrize("target_cc", TARGETS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("batch,k,n,experts,topk,kind,grid,coords", SHAPES,
+                         ids=lambda c: "x".join(map(str, c)) if isinstance(c, tuple) else str(c))
+def test_moe_w13_linear_kernel(dtype, batch, k, n, experts, topk, kind, grid, coords, target_cc):
+    x, w, routing, mask = inputs(dtype, batch, k, n, experts, topk, kind)
+    run_kernel(dtype, x, w, routing, mask, topk, grid, coords, target_cc)
+
+
+@pytest.mark.parametrize("target_cc", TARGETS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+def test_moe_w13_linear_kernel_strided(dtype, target_cc):
+    # x a column block of a wider matrix: row stride 3K, not K (a kernel using W's row stride for x fails)
+    x, w, routing, mask = inputs(dtype, 4, 64, 24, 8, 2, "topk", x_stride=192)
+    run_kernel(dtype, x, w, routing, mask, 2, (3, 3), None, 90)
+
+
+CONTROLS = [
+    ("for (int64_t a = first; a < count; a += stride)", "for (int64_t a = first; a < count; a += 1)",
+     "ignores the expert stride"),
+    ("const int64_t slot = s - 1;", "const int64_t slot = s < topk ? s : 0;", "writes slot + 1"),
+]
+
+
+@pytest.mark.parametrize("old,new,what", CONTROLS, ids=[c[2].replace(" ", "_") for c in CONTROLS])
+def test_moe_w13_linear_negative_controls(old, new, what, tmp_path):
+    x, w, routing, mask = inputs(torch.float32, 6, 96, 40, 8, 8, "topk")
+    with testing.mutated_kernel(tmp_path, "moe_w13_linear.cuh", old, new):
+        with pytest.raises(testing.MPKFootprintError, match="writes outside its declared output tiles"):
+            run_kernel(torch.float32, x, w, routing, mask, 8, (5, 3), None, 80)
+
+
+def _bad_count(routing, mask):
+    mask[-1] = mask.numel()                 # E + 1 activated experts, one more than there are
+
+
+def _bad_expert(routing, mask):
+    mask[0] = mask.numel() - 1              # expert id E
+
+
+def _bad_slot(routing, mask):
+    routing[int(mask[0]), routing[int(mask[0])].argmax()] = 3    # slot 3 of topk 2
+
+
+BAD = [(_bad_count, "moe_mask\\[num_experts\\]"), (_bad_expert, "names an expert outside"),
+       (_bad_slot, "moe_routing_indices entry is outside")]
+
+
+@pytest.mark.parametrize("spoil,message", BAD, ids=[b[0].__name__ for b in BAD])
+def test_moe_w13_linear_bad_routing_fails_the_task(spoil, message):
+    """Routing the kernel cannot follow fails the task (task_fail) by name, and no access leaves the
+    tensors (the footprint checks run first and would name one)."""
+    x, w, routing, mask = inputs(torch.bfloat16, 3, 64, 8, 8, 2, "topk")
+    spoil(routing, mask)
+    with pytest.raises(Exception, match=message):
+        run_kernel(torch.bfloat16, x, w, routing, mask, 2, (2, 1), None, 80)
+
+
+def _layer(pk, x=(3, 64), w=(8, 16, 64), routing=(8, 3), mask=(9,), out=(3, 2, 16), grid=(1, 2, 1),
+           dtype=torch.bfloat16, index=torch.int32):
+    t = [pk.attach_input(torch.zeros(s, dtype=d), name=n) for s, d, n in
+         ((x, dtype, "x"), (w, dtype, "w"), (routing, index, "routing"), (mask, index, "mask"),
+          (out, dtype, "out"))]
+    pk.moe_w13_linear_layer(input=t[0], weight=t[1], moe_routing_indices=t[2], moe_mask=t[3], output=t[4],
+                            grid_dim=grid, block_dim=(128, 1, 1))
+
+
+BAD_SHAPES = [
+    ({"routing": (7, 3)}, "moe_routing_indices 'routing' is \\(7, 3\\), expected \\[num_experts, batch\\] = "
+                          "\\(8, 3\\)"),
+    ({"mask": (8,)}, "moe_mask 'mask' has 8 entries, expected num_experts \\+ 1 = 9"),
+    ({"out": (3, 2, 15)}, "output 'out' is \\(3, 2, 15\\), expected \\[batch, topk, out_features\\]"),
+    ({"out": (4, 2, 16)}, "output 'out' is \\(4, 2, 16\\)"),
+    ({"w": (8, 16, 63)}, "weight 'w' is \\(8, 16, 63\\) but input 'x' is \\(3, 64\\)"),
+    ({"x": (3, 2, 64)}, "tensor 'x' \\(input\\) must be 2-D"),
+    ({"grid": (1, 3, 1)}, "dim 1 \\(16\\) is not divisible by grid_dim.y=3"),
+    ({"index": torch.int64}, "'routing' \\(moe_routing_indices\\) has dtype int64, expected int32"),
+    ({"grid": (2, 2, 2)}, "grid_dim.z must be 1"),
+]
+
+
+@pytest.mark.parametrize("change,message", BAD_SHAPES, ids=[str(b[0]) for b in BAD_SHAPES])
+def test_moe_w13_linear_bad_shapes(change, message):
+    from mirage.mpk.persistent_kernel import PersistentKernel
+    pk = PersistentKernel(**testing.cpu_config())
+    with pytest.raises(ValueError, match="layer 'moe_w13_linear_0': .*" + message):
+        _layer(pk, **change)
+    pk.finalize()
+
+
+if __name__ == "__main__":
+    testing.run_pytest_file_as_script(__file__, sys.argv[1:])

@@ -1,0 +1,192 @@
+"""A whole MoE block in test mode, every layer in one graph, against a vLLM-style torch_moe reference.
+
+    logits = x @ W_gate^T                       linear_layer                     [B, E]
+    (w, ids, mask) = route(logits)              moe_topk_softmax_routing_layer   (Qwen3-MoE)
+                                                or moe_topk_sigmoid_routing_layer (DeepSeek-V3: bias,
+                                                groups, routed_scaling_factor)
+    h   = x @ W13[e]^T per routed (token, slot) moe_w13_linear_layer             [B, topk, 2I]
+    a   = silu(h_gate) * h_up                   moe_silu_mul_layer               [B, topk, I]
+    y   = a @ W2[e]^T                           moe_w2_linear_layer              [B, topk, H]
+    out = sum_k w[:, k] y[:, k] + residual      moe_mul_sum_add_layer            [B, H]
+
+Configurations (scaled down to seconds under the emulation; batch 5, a non-power-of-two number of tokens):
+  qwen3_moe:   64 experts, topk 8, hidden 128, moe intermediate 64 (Qwen3-30B-A3B: 128, 8, 2048, 768);
+  deepseek_v3: 64 experts in 8 groups, 4 groups kept, topk 8, routed_scaling_factor 2.5, a bias
+               (DeepSeek-V3: 256 experts in 8 groups, 4 kept, topk 8, 2.5), hidden 128, intermediate 64;
+bf16 and fp32, several workers and schedule jitter, expert strides of 3 (w13) and 5 (w2) over 2 and 4
+column tiles. Checks:
+  1. every layer against its folder's reference (tests/runtime_python/<layer>/pytorch_reference.py) on the
+     kernel's own inputs, under that layer's budget; the routing indices and masks exactly;
+  2. the block's output against torch_moe below (float64 from the graph inputs, the routing the kernel
+     chose: a per-expert loop with masks, as vLLM's tests/kernels/moe torch_moe, independent of the
+     kernels' scheme), within testing.tol_peer: the last layer's own budget plus twice the error of the
+     same torch_moe computed in the kernel's dtype; in fp32 the routing from the float64 logits is the
+     kernel's too;
+  3. negative control: the reference with two experts' W2 swapped fails the block's output.
+
+Run: python tests/runtime_python/test_mode/test_moe_pipeline.py   (or pytest this file)
+"""
+import os
+import sys
+
+import pytest
+import torch
+
+from mirage.mpk import testing
+from mirage.mpk.layers.moe_w13_linear import moe_grid
+from mirage.mpk.persistent_kernel import PersistentKernel
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REF = {k: testing.load_reference(os.path.join(HERE, "..", k, "x.py"))
+       for k in ("linear", "moe_topk_softmax_routing", "moe_topk_sigmoid_routing", "moe_w13_linear",
+                 "moe_silu_mul", "moe_w2_linear", "moe_mul_sum_add")}
+BLOCK = (128, 1, 1)
+BATCH, HIDDEN, INTER, EXPERTS, TOPK = 5, 128, 64, 64, 8
+SIGMOID = dict(num_groups=8, topk_group=4, routed_scaling_factor=2.5)
+CONFIGS = ["qwen3_moe", "deepseek_v3"]
+DTYPES = [torch.bfloat16, torch.float32]
+
+
+def weights(config: str, dtype):
+    gen = testing.generator(offset=2200 + CONFIGS.index(config))
+    t = dict(x=testing.randn((BATCH, HIDDEN), dtype, gen),
+             w_gate=testing.randn((EXPERTS, HIDDEN), dtype, gen, scale=2 * HIDDEN ** -0.5),
+             w13=testing.randn((EXPERTS, 2 * INTER, HIDDEN), dtype, gen, scale=HIDDEN ** -0.5),
+             w2=testing.randn((EXPERTS, HIDDEN, INTER), dtype, gen, scale=INTER ** -0.5),
+             residual=testing.randn((BATCH, HIDDEN), dtype, gen))
+    if config == "deepseek_v3":
+        t["bias"] = 0.1 * torch.randn(EXPERTS, generator=gen)
+    return t
+
+
+def torch_moe(x, w13, w2, topk_weight, topk_ids, residual, dtype=torch.float64):
+    """The block from its inputs in `dtype` (float64: the reference; the kernel's dtype: the peer): for
+    each expert, its tokens' gate/up, silu(gate) * up and down projection, scaled by the routing weight
+    and added to the residual (fp32 weights, as the routing layers emit them)."""
+    x, w13, w2 = x.to(dtype), w13.to(dtype), w2.to(dtype)
+    out = residual.to(torch.float64).clone()
+    for e in range(w13.shape[0]):
+        tok, slot = (topk_ids == e).nonzero(as_tuple=True)
+        if tok.numel() == 0:
+            continue
+        gate, up = (x[tok] @ w13[e].T).chunk(2, dim=-1)
+        y = (torch.nn.functional.silu(gate) * up) @ w2[e].T
+        out.index_add_(0, tok, y.double() * topk_weight[tok, slot, None].double())
+    return out
+
+
+def selection(ids: torch.Tensor) -> torch.Tensor:
+    """routing_indices [E, B] (slot + 1) -> topk_ids [B, topk]."""
+    e, b = ids.nonzero(as_tuple=True)
+    out = torch.full((BATCH, TOPK), -1, dtype=torch.long)
+    out[b, ids[e, b].long() - 1] = e
+    return out
+
+
+def build(config: str, dtype, jitter: int, output_dir=None):
+    t = weights(config, dtype)
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter))
+    d = {k: pk.attach_input(v, name=k) for k, v in t.items()}
+    o = dict(logits=torch.zeros(BATCH, EXPERTS, dtype=dtype), topk_weight=torch.zeros(BATCH, TOPK),
+             routing=torch.zeros(EXPERTS, BATCH, dtype=torch.int32),
+             mask=torch.zeros(EXPERTS + 1, dtype=torch.int32),
+             h=torch.zeros(BATCH, TOPK, 2 * INTER, dtype=dtype),
+             a=torch.zeros(BATCH, TOPK, INTER, dtype=dtype),
+             y=torch.zeros(BATCH, TOPK, HIDDEN, dtype=dtype), out=torch.zeros(BATCH, HIDDEN, dtype=dtype))
+    d.update({k: pk.attach_input(v, name=k) for k, v in o.items()})
+    pk.linear_layer(input=d["x"], weight=d["w_gate"], output=d["logits"], grid_dim=(4, 1, 1), block_dim=BLOCK)
+    routed = (d["topk_weight"], d["routing"], d["mask"])
+    one = dict(grid_dim=(1, 1, 1), block_dim=BLOCK)         # the routing layers run as one task (MPK's)
+    if config == "qwen3_moe":
+        pk.moe_topk_softmax_routing_layer(input=d["logits"], output=routed, **one)
+    else:
+        pk.moe_topk_sigmoid_routing_layer(input=d["logits"], bias=d["bias"], output=routed, **one, **SIGMOID)
+    pk.moe_w13_linear_layer(input=d["x"], weight=d["w13"], moe_routing_indices=d["routing"],
+                            moe_mask=d["mask"], output=d["h"], grid_dim=moe_grid(2, 3), block_dim=BLOCK)
+    pk.moe_silu_mul_layer(input=d["h"], output=d["a"], grid_dim=(BATCH, 2, 1), block_dim=BLOCK)
+    pk.moe_w2_linear_layer(input=d["a"], weight=d["w2"], moe_routing_indices=d["routing"], moe_mask=d["mask"],
+                           output=d["y"], grid_dim=moe_grid(4, 5), block_dim=BLOCK)
+    pk.moe_mul_sum_add_layer(input=d["y"], weight=d["topk_weight"], residual=d["residual"], output=d["out"],
+                             grid_dim=(BATCH, 2, 1), block_dim=BLOCK)
+    pk.compile(output_dir=output_dir)
+    pk()
+    return pk, t, o
+
+
+def check_layers(label: str, pk, config: str, dtype, t: dict, o: dict):
+    """1: each layer on the kernel's own inputs."""
+    scale = t["x"].double().abs() @ t["w_gate"].double().abs().T
+    testing.assert_close(f"{label}.logits", o["logits"], REF["linear"].linear(t["x"], t["w_gate"]),
+                         testing.tol_linear(dtype, HIDDEN, scale), pk=pk)
+    if config == "qwen3_moe":
+        w, ids, mask = REF["moe_topk_softmax_routing"].moe_topk_softmax_routing(o["logits"], TOPK)
+        wtol = testing.tol_normalization(torch.float32, TOPK, power=1, ops=16)
+    else:
+        w, ids, mask = REF["moe_topk_sigmoid_routing"].moe_topk_sigmoid_routing(o["logits"], t["bias"], TOPK,
+                                                                                **SIGMOID)
+        wtol = testing.tol_normalization(torch.float32, TOPK, power=1, ops=8)
+    testing.assert_equal(f"{label}.routing (routing_indices)", o["routing"], ids)
+    testing.assert_equal(f"{label}.mask", o["mask"], mask)
+    testing.assert_close(f"{label}.topk_weight", o["topk_weight"], w, wtol, pk=pk)
+    active = int(mask[EXPERTS])
+    assert 1 < active < EXPERTS, f"{label}: {active} activated experts: the case routes too little"
+    w13 = REF["moe_w13_linear"].moe_w13_linear
+    h, claimed = w13(t["x"], t["w13"], o["routing"], TOPK)
+    assert bool(claimed.all()), f"{label}: a (token, slot) no expert claims"
+    testing.assert_close(f"{label}.h (w13)", o["h"], h, testing.tol_linear(
+        dtype, HIDDEN, w13(t["x"].abs(), t["w13"].abs(), o["routing"], TOPK)[0]), pk=pk)
+    testing.assert_close(f"{label}.a (silu_mul)", o["a"], REF["moe_silu_mul"].moe_silu_mul(o["h"]),
+                         testing.tol_elementwise(dtype), pk=pk)
+    w2 = REF["moe_w2_linear"].moe_w2_linear
+    y, scale = w2(o["a"], t["w2"], o["routing"])[0], w2(o["a"].abs(), t["w2"].abs(), o["routing"])[0]
+    testing.assert_close(f"{label}.y (w2)", o["y"], y, testing.tol_linear(dtype, INTER, scale), pk=pk)
+    msa = REF["moe_mul_sum_add"]
+    scale = msa.scale(o["y"], o["topk_weight"], t["residual"])
+    last = testing.tolerance(dtype, k=TOPK + 1, scale=scale, ops=2)
+    testing.assert_close(f"{label}.out (mul_sum_add)", o["out"],
+                         msa.moe_mul_sum_add(o["y"], o["topk_weight"], t["residual"]), last, pk=pk)
+    return last, active
+
+
+def check_block(config: str, dtype, tmp_path=None):
+    label = f"moe_pipeline[{config},{str(dtype)[6:]},B={BATCH},E={EXPERTS},topk={TOPK},H={HIDDEN},I={INTER}]"
+    pk, t, o = build(config, dtype, jitter=5 + CONFIGS.index(config) * 2 + DTYPES.index(dtype),
+                     output_dir=None if tmp_path is None else str(tmp_path))
+    last, active = check_layers(label, pk, config, dtype, t, o)
+    ids = selection(o["routing"])
+    if dtype == torch.float32:       # the kernel's choice is the float64 logits' choice too
+        logits64 = t["x"].double() @ t["w_gate"].double().T
+        ref_ids = (REF["moe_topk_softmax_routing"].moe_topk_softmax_routing(logits64, TOPK) if config ==
+                   "qwen3_moe" else REF["moe_topk_sigmoid_routing"].moe_topk_sigmoid_routing(
+                       logits64, t["bias"], TOPK, **SIGMOID))[1]
+        testing.assert_equal(f"{label}.routing vs the float64 logits' routing", o["routing"], ref_ids)
+    args = (t["x"], t["w13"], t["w2"], o["topk_weight"], ids, t["residual"])
+    expected, peer = torch_moe(*args), torch_moe(*args, dtype=dtype)
+    tol = testing.tol_peer(peer, expected, last)         # the last layer's own budget + 2 x the peer's
+    testing.assert_close(f"{label}.out vs torch_moe (float64, from the graph inputs)", o["out"], expected,
+                         tol)
+    # negative control: a reference whose experts differ (two experts' down projections swapped)
+    e0, e1 = int(o["mask"][0]), int(o["mask"][1])
+    w2_swapped = t["w2"].clone()
+    w2_swapped[[e0, e1]] = w2_swapped[[e1, e0]]
+    wrong = torch_moe(t["x"], t["w13"], w2_swapped, o["topk_weight"], ids, t["residual"])
+    with pytest.raises(AssertionError, match="is not close"):
+        testing.assert_close(f"{label}.out vs torch_moe with experts {e0} and {e1}'s W2 swapped (control)",
+                             o["out"], wrong, tol)
+    testing.say(f"MOE {label}: {active} of {EXPERTS} experts activated, every layer and the block within "
+                f"budget; the swapped-expert reference rejected PASS")
+    pk.finalize()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=[str(d)[6:] for d in DTYPES])
+@pytest.mark.parametrize("config", CONFIGS)
+def test_moe_block_matches_torch_moe(config, dtype, tmp_path):
+    check_block(config, dtype, tmp_path)
+
+
+if __name__ == "__main__":
+    for c in CONFIGS:
+        for dt in DTYPES:
+            check_block(c, dt)
+    print("All MoE pipeline cases PASS")
+    sys.exit(0)
