@@ -24,6 +24,13 @@ LONGEST_FIRST = ["unit/test_csrc.py", "runtime_python/test_mode/test_layers_mult
                  "runtime_python/test_mode/test_sampling_statistics.py"]
 
 
+def pytest_configure(config):
+    # pytest-xdist (3.6+) reorders --dist loadfile's files by their number of tests unless told not to,
+    # which put the three-test launch-plan file (the longest) near the end of the run, 17 minutes in
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config, items):
     here = os.path.dirname(os.path.abspath(__file__))
     rank = {os.path.join(here, f): i for i, f in enumerate(LONGEST_FIRST)}

@@ -172,8 +172,9 @@ def test_sigint_stops_a_long_pass():
     # A worker inside a linear when the signal came finishes it first; on a loaded machine that can
     # outlast the 1 s grace (a CI run saw it), and the message then names that task as well.
     done = re.search(r"KeyboardInterrupt: interrupted \(mpk_abort\) during pass 1 after (\d+) of 96 tasks; "
-                     r"the workers stopped between tasks; (task \d+ = 'linear_\d+'\(0, 0, 0\) \(iteration 1\) "
-                     r"is still inside its kernel on worker \d; )?the kernel cannot run again: call finalize", out)
+                     r"the workers stopped between tasks; (task \d+ = 'linear_\d+'\(0, 0, 0\) "
+                     r"\(iteration 1\) is still inside its kernel on worker \d; )?"
+                     r"the kernel cannot run again: call finalize", out)
     print(f"TIMING SIGINT once a linear of a 96-linear pass finished -> exit {code} after {elapsed:.2f} s "
           f"({done.group(1) if done else '?'} of 96 tasks done)")
     assert elapsed < EXIT_WITHIN_S, out

@@ -3,9 +3,12 @@
     mpirun -n N python tests/runtime_python/<layer>/test_<layer>_testmode.py
 
 runs every case of the file on every rank through testing.run_cases_as_script, with the tensor
-parallelism the layer module declares (`TP` in mirage/mpk/layers/<layer>.py). Here each layer
-file found on disk is launched with `mpiexec -n 2` and with `-n 4`, each as a subprocess with a
-timeout (testing.mpirun), and for every rank r the output must show:
+parallelism the layer module declares (`TP` in mirage/mpk/layers/<layer>.py). Here every layer
+file found on disk runs in a 2-rank and in a 4-rank job: one `mpiexec -n N` job per N runs the files
+one after another, each as its own `__main__` (multirank_layer_files.py: a rank's torch import, 2.5 s
+of CPU, was more than half of a one-file job), and one file per tensor-parallelism kind is also
+launched on its own, the literal `mpiexec -n 4 python FILE` (testing.mpirun, with a timeout). For
+every layer file and every rank r the output must show:
 
 - `[rank r] MULTIRANK <layer>: N ranks, tensor parallelism '<TP>'` and `[rank r] All <layer>
   test-mode cases PASS`, every `[rank r] EVIDENCE` line PASS (the rank's shard against the matching
@@ -67,15 +70,78 @@ def check_rank(out: str, layer: str, ranks: int, r: int, tp: str) -> tuple[int, 
 
 
 JOBS = [(layer, ranks) for ranks in (2, 4) for layer in LAYERS]   # every folder as 2 and as 4 ranks
+ALONE = ["allreduce", "linear", "linear_with_residual", "rmsnorm"]    # one per TP kind, as their own job
+DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multirank_layer_files.py")
+_LAYERFILE = re.compile(r"^\[rank (\d+)\] LAYERFILE (BEGIN|END) (\w+)(?: ([\d.]+))?$")
+
+
+def sections(out: str) -> dict[str, tuple[str, float | None]]:
+    """{layer: (its lines of the combined job, every rank's; the slowest rank's seconds or None if
+    some rank did not end it)}: a rank's line belongs to the file that rank was running."""
+    lines: dict[str, list[str]] = {}
+    seconds: dict[str, dict[int, float]] = {}
+    current: dict[int, str] = {}
+    for line in out.splitlines():
+        if (m := _LAYERFILE.match(line)):
+            rank, layer = int(m[1]), m[3]
+            current[rank] = layer if m[2] == "BEGIN" else None
+            if m[2] == "END":
+                seconds.setdefault(layer, {})[rank] = float(m[4])
+            continue
+        if (m := re.match(r"^\[rank (\d+)\] ", line)) and current.get(int(m[1])):
+            lines.setdefault(current[int(m[1])], []).append(line)
+    return {layer: ("\n".join(ls), max(seconds[layer].values()) if layer in seconds else None)
+            for layer, ls in lines.items()}
+
+
+@pytest.fixture(scope="module")
+def combined(tmp_path_factory):
+    """ranks -> (exit code, output, output dir) of the one job running every layer file, started when a
+    test first asks for it."""
+    jobs = {}
+
+    def job(ranks: int):
+        if ranks not in jobs:
+            out_dir = tmp_path_factory.mktemp(f"n{ranks}")
+            code, out = testing.mpirun(DRIVER, ranks, timeout=TIMEOUT_S * len(LAYERS) / 4,
+                                       args=(out_dir, *map(layer_file, LAYERS)),
+                                       env={"MPK_LOG_LEVEL": "WARNING"})
+            jobs[ranks] = code, out, out_dir
+        return jobs[ranks]
+    return job
 
 
 @pytest.mark.parametrize("layer,ranks", JOBS, ids=[f"{layer}-n{ranks}" for layer, ranks in JOBS])
-def test_layer_file_runs_as_one_multirank_job(layer, ranks, tmp_path):
+def test_layer_file_runs_as_one_multirank_job(layer, ranks, combined):
+    code, out, out_dir = combined(ranks)
+    part, elapsed = sections(out).get(layer, ("", None))
+    if elapsed is None:
+        tail = "\n".join(out.splitlines()[-60:])
+        raise AssertionError(f"the {ranks}-rank job over every layer file (exit {code}) did not finish "
+                             f"{layer}'s file on every rank; its lines:\n{part[-6000:]}\n"
+                             f"the job's last lines:\n{tail}")
+    check_layer_output(layer, ranks, part, out_dir / layer, elapsed)
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_the_job_over_every_layer_file_exits_cleanly(ranks, combined):
+    code, out, _ = combined(ranks)
+    done = [layer for layer, (_, seconds) in sections(out).items() if seconds is not None]
+    assert code == 0 and done == LAYERS, f"exit {code}; files finished on every rank: {done} of {LAYERS}"
+
+
+@pytest.mark.parametrize("layer", ALONE)
+def test_layer_file_alone_is_a_multirank_job(layer, tmp_path):
+    """The literal command, `mpiexec -n 4 python FILE`, for one file per tensor-parallelism kind."""
     t0 = time.perf_counter()
-    code, out = testing.mpirun(layer_file(layer), ranks, timeout=TIMEOUT_S,
+    code, out = testing.mpirun(layer_file(layer), 4, timeout=TIMEOUT_S,
                                env={"MPK_OUTPUT_DIR": str(tmp_path), "MPK_LOG_LEVEL": "WARNING"})
-    elapsed = time.perf_counter() - t0
-    assert code == 0, f"mpirun -n {ranks} {layer} failed (exit {code}); output above"
+    assert code == 0, f"mpirun -n 4 {layer} failed (exit {code}); output above"
+    check_layer_output(layer, 4, out, tmp_path, time.perf_counter() - t0)
+
+
+def check_layer_output(layer: str, ranks: int, out: str, tmp_path, elapsed: float) -> None:
+    """One layer file's output of a `ranks`-rank job and the case directories it wrote under tmp_path."""
     tp = testing.layer_tp(layer)
     split = bool(testing.TP_KINDS[tp])
     for r in range(ranks):
@@ -99,11 +165,12 @@ def test_layer_file_runs_as_one_multirank_job(layer, ranks, tmp_path):
     last = testing.rank_lines(out, 0, "generated code and task graph: ")[0].split(": ", 1)[1].split(", ")
     assert os.path.dirname(last[0]) in map(str, case_dirs), last     # where the last lines say they went
     assert testing.rank_lines(out, 0, f"generated code of the {len(case_dirs)} case(s): one directory each "
-                                      f"under {tmp_path}/")
+                                      f"under {tmp_path}/"), out[-3000:]
     module = testing.load_reference(layer_file(layer), name=f"test_{layer}_testmode")
     if hasattr(module, "check_mpirun_output"):
         module.check_mpirun_output(out, ranks)
     print(f"MULTIRANK {layer} -n {ranks}: TP '{tp}', every rank PASS in {elapsed:.1f} s")
+    assert not any(line.startswith("[rank ") and "Traceback" in line for line in out.splitlines()), out
 
 
 def test_a_rank_computing_a_wrong_shard_fails_the_job_with_its_message(tmp_path):
