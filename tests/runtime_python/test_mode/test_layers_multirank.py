@@ -188,3 +188,17 @@ def test_a_rank_computing_a_wrong_shard_fails_the_job_with_its_message(tmp_path)
     assert "test-mode cases PASS" not in out
     assert elapsed < 30, f"the job took {elapsed:.1f} s to end"
     print(f"ENDED wrong shard on rank 1: exit {code} after {elapsed:.1f} s, with rank 1's message")
+
+
+def test_a_failing_file_ends_the_job_over_several_files_naming_it(tmp_path):
+    """Negative control of the job over several files: rank 1's wrong linear shard fails linear's file;
+    the file before it finished, the one after is never reached, and linear's own lines say why."""
+    files = [layer_file(x) for x in ("identity", "linear", "rmsnorm")]
+    code, out = testing.mpirun(DRIVER, 2, timeout=120, args=(tmp_path, *files),
+                               env={testing.WRONG_SHARD_ENV: "1", "MPK_LOG_LEVEL": "WARNING"})
+    got = sections(out)
+    assert code not in (0, 124), f"exit {code}"
+    assert got["identity"][1] is not None and "rmsnorm" not in got, {k: v[1] for k, v in got.items()}
+    part, seconds = got["linear"]
+    assert seconds is None and "[rank 1] Mismatched elements: 384 / 384 (100.0%)" in part, part[-3000:]
+    print(f"ENDED the 3-file job at linear (exit {code}): identity finished, rmsnorm not reached")
