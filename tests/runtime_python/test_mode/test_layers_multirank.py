@@ -23,7 +23,8 @@ every layer file and every rank r the output must show:
 
 Negative control: MPK_TEST_WRONG_SHARD_RANK=1 makes rank 1 give its linear kernel rank 0's rows
 of W (testing.World.shard; the reference slice stays rank 1's): the job fails, promptly, with rank
-1's mismatch message, and rank 0 reports no failure of its own.
+1's mismatch message, and rank 0 reports no failure of its own; in a job over several files the same
+failure ends the job inside linear's file, whose lines name it, the next file never reached.
 """
 import ast
 import json
