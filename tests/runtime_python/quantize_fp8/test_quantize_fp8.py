@@ -1,0 +1,82 @@
+"""quantize_fp8: the kernel alone (testing.run_tasks; docs/kernel_tests.md).
+
+Each task runs by itself on one emulated worker block, with no scheduler and everything outside its
+declared tiles poisoned: a task that writes outside its output tiles, reads outside its input tiles,
+races with itself or leaves an output element unwritten is a testing.MPKFootprintError naming its grid
+coordinate, the tensor and the elements. The codes are held to half an e4m3 ulp of the unrounded
+quotients (tol_elementwise(float8_e4m3): the one rounding the kernel adds), the scales to fp32's
+rounding of amax / 448; both group sizes, 2-D and 3-D inputs, a group of zeros. Negative control: codes
+from the scales of the other group size fail. test_quantize_fp8_testmode.py runs the layer in a graph.
+
+Run: python tests/runtime_python/quantize_fp8/test_quantize_fp8.py   (or pytest this file; -k to pick cases)
+"""
+import sys
+
+import pytest
+import torch
+
+from mirage.mpk import testing
+from mirage.mpk.dtypes import float8_e4m3
+
+ref = testing.load_reference(__file__)
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+TARGETS = [80, 90]       # the worker block: 128 threads (sm_80), 256 (sm_90a / sm_100a)
+# (shape, grid.x, group, coords): an even split; the edge tasks of a non-power-of-two split (3 tiles of 2
+# rows) with 64-wide groups; one row, one task; a 3-D [batch, topk, K] input split by batch.
+SHAPES = [((16, 256), 4, 128, None), ((6, 192), 3, 64, "edges"), ((1, 128), 1, 128, None),
+          ((3, 2, 256), 3, 64, None)]
+
+
+block_dim = testing.worker_block_dim     # 128 threads (sm_80), 256 from Hopper on
+
+
+def inputs(shape, dtype, seed):
+    x = testing.randn(shape, dtype, testing.generator(offset=seed))
+    x.view(-1, shape[-1])[0, :64] = 0        # a group of zeros (its scale 1e-10 / 448, its codes 0)
+    return x
+
+
+def run_kernel(dtype, x, grid, group, coords, target_cc):
+    """run_tasks over the layer's tasks, then the evidence over the tiles of the tasks that ran."""
+    def layer_call(pk, t):
+        pk.quantize_fp8_layer(input=t["x"], output_fp8=t["q"], output_scale=t["s"], grid_dim=(grid, 1, 1),
+                              block_dim=block_dim(target_cc), scale_ue8m0=False, group_size=group)
+
+    scales = torch.zeros(*x.shape[:-1], x.shape[-1] // group)
+    run = testing.run_tasks(layer_call, {"x": x, "q": torch.zeros(x.shape, dtype=torch.float8_e4m3fn),
+                                         "s": scales}, coords, target_cc=target_cc)
+    codes, scale = ref.quantize_fp8(x, group)
+    run.check("q", codes, testing.tol_elementwise(float8_e4m3), run.layer.checks)
+    run.check("s", scale, testing.tol_elementwise(torch.float32), run.layer.checks)
+    return run
+
+
+@pytest.mark.parametrize("target_cc", TARGETS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("shape,grid,group,coords", SHAPES, ids=lambda v: "x".join(map(str, v))
+                         if isinstance(v, tuple) else str(v))
+def test_kernel(dtype, shape, grid, group, coords, target_cc):
+    run_kernel(dtype, inputs(shape, dtype, sum(shape) * 7 + group), grid, group, coords, target_cc)
+
+
+@pytest.mark.parametrize("target_cc", TARGETS)
+def test_kernel_strided(target_cc):
+    # x a column block of a wider matrix: its row stride (3 * 128) is not its width, so a kernel that
+    # takes one tensor's strides for another's fails here
+    wide = testing.randn((6, 3 * 128), torch.bfloat16, testing.generator(offset=7))
+    run_kernel(torch.bfloat16, wide[:, 128:256], 3, 64, None, target_cc)
+
+
+def test_other_group_size_fails():
+    """Negative control: the 128-wide scales' codes checked against the 64-wide reference fail."""
+    x = inputs((4, 256), torch.bfloat16, 11)
+    got = run_kernel(torch.bfloat16, x, 2, 128, None, 80)
+    wrong, _ = ref.quantize_fp8(x, 64)
+    with pytest.raises(AssertionError):
+        testing.assert_close("q vs the 64-wide reference (must FAIL)", got.outputs["q"], wrong,
+                             testing.tol_elementwise(float8_e4m3))
+
+
+if __name__ == "__main__":
+    testing.run_pytest_file_as_script(__file__, sys.argv[1:])
