@@ -11,9 +11,11 @@ from .boxes import volume
 from .errors import MPKUnwrittenError
 from .graph import Graph
 
-# bit patterns, written through an integer view of the same width
-SENTINEL = {2: 0x7FA5, 4: 0x7FA5A5A5, 8: 0x7FA5A5A5A5A5A5A5}
-_INT_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+# bit patterns, written through an integer view of the same width. One byte is e4m3 (the only 1-byte
+# element type, mirage/mpk/dtypes.py): 0xFF is its negative NaN, which no conversion writes (CUDA's
+# __nv_fp8_e4m3 and the CPU's fp8_e4m3_t make every NaN 0x7F, csrc/runtime/dtypes.h)
+SENTINEL = {1: 0xFF, 2: 0x7FA5, 4: 0x7FA5A5A5, 8: 0x7FA5A5A5A5A5A5A5}
+_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def _slices(box) -> tuple[slice, ...]:

@@ -5,7 +5,8 @@ declared tiles poisoned: a task that writes outside its output tiles, reads outs
 races with itself or leaves an output element unwritten is a testing.MPKFootprintError naming its grid
 coordinate, the tensor and the elements. The codes are held to half an e4m3 ulp of the unrounded
 quotients (tol_elementwise(float8_e4m3): the one rounding the kernel adds), the scales to fp32's
-rounding of amax / 448; both group sizes, 2-D and 3-D inputs, a group of zeros. Negative control: codes
+rounding of amax / 448, and the codes bit for bit to torch's e4m3 rounding of x / s under the scales
+the kernel wrote; both group sizes, 2-D and 3-D inputs, a group of zeros. Negative control: codes
 from the scales of the other group size fail. test_quantize_fp8_testmode.py runs the layer in a graph.
 
 Run: python tests/runtime_python/quantize_fp8/test_quantize_fp8.py   (or pytest this file; -k to pick cases)
@@ -49,6 +50,13 @@ def run_kernel(dtype, x, grid, group, coords, target_cc):
     codes, scale = ref.quantize_fp8(x, group)
     run.check("q", codes, testing.tol_elementwise(float8_e4m3), run.layer.checks)
     run.check("s", scale, testing.tol_elementwise(torch.float32), run.layer.checks)
+    # and bit for bit: torch's own e4m3 rounding (ties to even) of the fp32 quotients under the scales
+    # the kernel wrote, clamped to +-448 first (torch turns a larger float into NaN, CUDA saturates)
+    quotients = x.float().unflatten(-1, (-1, group)) / run.outputs["s"].unsqueeze(-1)
+    exact = quotients.clamp(-ref.FP8_MAX, ref.FP8_MAX).flatten(-2).to(torch.float8_e4m3fn)
+    cover = run.covered["q"]
+    testing.assert_equal(f"{run.layer.name}.q bits vs torch's e4m3 of x / s", run.outputs["q"][cover].view(
+        torch.uint8), exact[cover].view(torch.uint8))
     return run
 
 

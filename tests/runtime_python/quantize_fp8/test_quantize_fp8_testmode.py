@@ -15,6 +15,7 @@ import torch
 
 from mirage.mpk import testing
 from mirage.mpk.dtypes import float8_e4m3
+from mirage.mpk.errors import MPKUnwrittenError
 from mirage.mpk.persistent_kernel import PersistentKernel
 
 ref = testing.load_reference(__file__)
@@ -58,6 +59,16 @@ def test_quantize_fp8(dtype, rows, cols, grid):
 def test_quantize_fp8_3d():
     """The MoE activations [batch, topk, I], split by batch (MPK quantizes w2's input this way)."""
     run_case(torch.bfloat16, 6, 256, 3, jitter=2, topk=4)
+
+
+def test_an_unwritten_code_is_named(tmp_path):
+    """Negative control of the one-byte output poison (mirage/mpk/written.py: 0xFF, a NaN no conversion
+    writes): a kernel whose lane 31 stores no code is an MPKUnwrittenError naming the tensor."""
+    with testing.mutated_kernel(tmp_path, "quantize_fp8.cuh", "            q[r * qt.row_stride",
+                                "            if (lane != 31) q[r * qt.row_stride"):
+        with pytest.raises(MPKUnwrittenError, match=r"quantize_fp8.*'q'") as e:
+            run_case(torch.bfloat16, 6, 384, 3)
+    testing.say(f"UNWRITTEN (must be raised) {' '.join(str(e.value).split())[:300]} PASS")
 
 
 def test_bad_arguments_are_named():
