@@ -33,12 +33,17 @@ __device__ void quantize_fp8_rows(const T* x, const Tile2D& xt, fp8_e4m3_t* q, c
         const int64_t r = w / groups, c0 = (w % groups) * group;
         float v[4];
         float amax = 0.0f;
-        for (int i = 0; i < per_lane; ++i) {
-            v[i] = to_float(x[r * xt.row_stride + (c0 + lane + 32 * i) * xt.col_stride]);
+        // a constant trip count, guarded: v stays in registers (a loop to per_lane indexed it at run
+        // time, a 32-byte stack frame on every architecture; tests/unit/test_nvcc.py)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            v[i] = i < per_lane ? to_float(x[r * xt.row_stride + (c0 + lane + 32 * i) * xt.col_stride]) : 0.0f;
             amax = fmaxf(amax, fabsf(v[i]));
         }
         const float scale = fmaxf(warp_max(amax), 1e-10f) / kFp8Max;
-        for (int i = 0; i < per_lane; ++i) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            if (i >= per_lane) break;
             const float y = v[i] / scale;
             q[r * qt.row_stride + (c0 + lane + 32 * i) * qt.col_stride] =
                 from_float<fp8_e4m3_t>(y < -kFp8Max ? -kFp8Max : (y > kFp8Max ? kFp8Max : y));

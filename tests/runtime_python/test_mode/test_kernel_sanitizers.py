@@ -142,10 +142,13 @@ def results(request, tmp_path_factory) -> dict[str, tuple[SanitizerResult, list[
     their children started together (the first of them to ask waits for all)."""
     wanted = [item.name for item in request.session.items if item.name in RUNS]
     files = layer_test_files()
+    # made here, not in the pool: two threads making this worker's first temporary folder at once
+    # collided (FileExistsError on its basetemp) when this file ran first on its worker
+    folders = {name: str(tmp_path_factory.mktemp(re.sub(r"\W", "_", name))) for name in wanted}
 
     def one(name):
         kind, insert = RUNS[name]
-        folder = str(tmp_path_factory.mktemp(re.sub(r"\W", "_", name)))
+        folder = folders[name]
         if insert is None:
             todo, env = list(files.values()), {}
         else:
