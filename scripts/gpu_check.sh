@@ -101,7 +101,9 @@ case $MODE in
 --dry-run)
     export GPU_CHECK_DRY_RUN=1
     stage props 60 "$PY" scripts/gpu_stages.py props
-    stage executor 300 env MPK_CACHE_DIR="$OUTDIR/cpu_cache" "$PY" scripts/gpu_stages.py executor --repeat 3
+    # one cache for both stages: prepare-executor runs the same graphs on the CPU again (building their
+    # CUDA modules beside), so it finds their CPU modules built here instead of compiling them twice
+    stage executor 300 env MPK_CACHE_DIR="$OUTDIR/gpu_cache" "$PY" scripts/gpu_stages.py executor --repeat 3
     CACHE=$OUTDIR/gpu_cache prepare executor
     # Every layer folder as the run mode's layers stage loads it (MPK_TEST_DEVICE=cuda): an import
     # error or a refusal at collection on the CUDA path fails here, without a GPU. One process collects
