@@ -106,7 +106,7 @@ class _Image:
     of the slots the task may write (its declared output tiles)."""
     slots: torch.Tensor
     red: int
-    writable: torch.Tensor
+    writable: torch.Tensor | None    # None: the task writes nothing of this tensor
 
 
 # ---- the run ---------------------------------------------------------------------------------
@@ -125,10 +125,11 @@ class KernelRun:
         return [t.coord for t in self.tasks]
 
     def check(self, name: str, expected: torch.Tensor, tol: Tolerance, checks=DEFAULT_CHECKS,
-              inputs: tuple[torch.Tensor, ...] = ()) -> None:
+              inputs: tuple[torch.Tensor, ...] = (), against: str = "") -> None:
         """The evidence line of output `name` over the tiles of the tasks that ran, then the layer's
         non-vacuity checks there; a mismatch names the tasks with bad elements and (CPU) the thread
-        that last wrote the first of them."""
+        that last wrote the first of them. against: what `expected` is, when a test checks one output
+        against two references (shown in the label)."""
         if name not in self.outputs:
             raise KeyError(f"run_tasks: layer '{self.layer.name}' has no declared output '{name}'; outputs: "
                            f"{sorted(self.outputs)}")
@@ -137,7 +138,8 @@ class KernelRun:
             raise AssertionError(f"'{name}': the values for attribute 'shape' do not match: "
                                  f"{tuple(actual.shape)} != {tuple(expected.shape)}")
         c = _restrict(compare(actual, expected.to(actual.device), tol), cover)
-        label = f"{self.layer.name}.{name}[kernel,{len(self.tasks)} task(s),{self._harness.threads} threads]"
+        label = (f"{self.layer.name}.{name}[kernel,{len(self.tasks)} task(s),{self._harness.threads} threads"
+                 f"{',' + against if against else ''}]")
         evidence(label, actual, expected, tol, c)
         if not c.passed:
             raise AssertionError(self._mismatch(name, label, actual, expected, c, tol))
@@ -201,26 +203,39 @@ class _Harness:
         self.pointers = [b.pointer for b in self.buffers]
         self.runtime = pk._runtime
         self.live: dict[int, dict] = {}      # task id -> Layer.live's masks
+        self._footprint: tuple[int, list] = (-1, [])     # footprint(): the last task's
 
     # ---- images
 
     def image(self, task: Task, k: int) -> list[_Image]:
         """Run `task` from poison k: everything poison but its input tiles."""
         images = []
-        for t, b in zip(self.table, self.buffers):
+        for t, b, (reads, writable) in zip(self.table, self.buffers, self.footprint(task)):
             slots = torch.full((b.span,), POISONS[k][b.itemsize], dtype=_INT[b.itemsize],
                                device=b.slots.device)
             view = slots.view(t.data.dtype).as_strided(b.shape, b.strides, b.lead)
-            writable = torch.zeros(b.span, dtype=torch.bool, device=b.slots.device)
-            for tile in task.inputs:
-                if tile.tensor is t:
-                    part = self.part(task, tile)
-                    view[part] = t.data[part]
-            for tile in task.outputs:
-                if self.writes(tile) and tile.tensor is t:
-                    writable[b.offsets[self.part(task, tile)].flatten()] = True
+            for part in reads:
+                view[part] = t.data[part]
             images.append(_Image(slots, RED_FILL[k], writable))
         return images
+
+    def footprint(self, task: Task) -> list[tuple[list, torch.Tensor | None]]:
+        """Per tensor of the table: the parts of it the task reads (self.part of each input tile) and the
+        mask of the span's slots it may write (None: none), computed once per task (both poisons' images
+        and the re-runs share them)."""
+        if self._footprint[0] != task.id:
+            per_tensor = []
+            for t, b in zip(self.table, self.buffers):
+                reads = [self.part(task, tile) for tile in task.inputs if tile.tensor is t]
+                writes = [tile for tile in task.outputs if self.writes(tile) and tile.tensor is t]
+                writable = None
+                if writes:
+                    writable = torch.zeros(b.span, dtype=torch.bool, device=b.slots.device)
+                    for tile in writes:
+                        writable[b.offsets[self.part(task, tile)].flatten()] = True
+                per_tensor.append((reads, writable))
+            self._footprint = (task.id, per_tensor)
+        return self._footprint[1]
 
     def part(self, task: Task, tile):
         """What of `tile` the task touches: its box, or (Layer.live) a mask of the live elements in it,
@@ -283,8 +298,13 @@ class _Harness:
     def check_writes(self, task: Task, images: list[_Image], what: str) -> None:
         """Every byte outside the task's declared output tiles holds what the run started from."""
         for t, b, im in zip(self.table, self.buffers, images):
-            changed = (b.slots != im.slots) & ~im.writable
-            if changed.any():
+            if im.writable is None and torch.equal(b.slots, im.slots):
+                changed = None               # the common case, one comparison: a tensor it may not write
+            else:
+                changed = b.slots != im.slots
+                if im.writable is not None:
+                    changed &= ~im.writable
+            if changed is not None and changed.any():
                 raise MPKFootprintError(f"{self.where(task)} writes outside its declared output tiles "
                                         f"({what}): {_describe(t, b, changed.nonzero().flatten())}")
             for side, zone in zip(("before its start", "past its end"), b.red_zones()):
@@ -302,7 +322,8 @@ class _Harness:
     def outputs(self, images: list[_Image]) -> list[torch.Tensor]:
         """The slots after a run that check_writes passed: a copy of each tensor the task writes; the
         others still hold exactly their image (no need to copy a weight per task)."""
-        return [b.slots.clone() if im.writable.any() else im.slots for b, im in zip(self.buffers, images)]
+        return [b.slots.clone() if im.writable is not None and im.writable.any() else im.slots
+                for b, im in zip(self.buffers, images)]
 
     def who_wrote(self, task: Task, name: str, idx: tuple[int, ...]) -> str:
         """Re-run `task` (first poison, first seed) watching element `idx` of output `name`."""
@@ -339,7 +360,8 @@ class _Harness:
                 mixed[i].slots[slots] = other[i].slots[slots]
             self.run(task, mixed, self.task_seed(task, 0), smem=SMEM_FILL[1] if base else smem)
             return any(not torch.equal(b.slots[w], r[w]) for b, r, w in
-                       zip(self.buffers, reference2 if base else reference, (im.writable for im in first)))
+                       zip(self.buffers, reference2 if base else reference, (im.writable for im in first))
+                       if w is not None)
         if self.pk.device.type == "cpu" and differs([], smem=SMEM_FILL[1]):
             return (f"reads shared memory no thread wrote: its output changes with the byte a fresh block's "
                     f"shared memory holds (0x{SMEM_FILL[0]:02X} or 0x{SMEM_FILL[1]:02X}): a read before a "
@@ -470,18 +492,20 @@ def _run_one(h: _Harness, task: Task) -> list[torch.Tensor]:
     got = h.outputs(first)
     h.run(task, second, h.task_seed(task, 0), smem=SMEM_FILL[1])
     h.check_writes(task, second, "second poison")
-    for t, b, im, im2, g in zip(h.table, h.buffers, first, second, got):
+    # (a tensor the task may not write: check_writes found it unchanged, so nothing of it to compare)
+    outs = [i for i, im in enumerate(first) if im.writable is not None]
+    for t, b, im, im2, g in ((h.table[i], h.buffers[i], first[i], second[i], got[i]) for i in outs):
         # (an element both images start with alike is an input read-modify-written in place: not poison)
         still = (g == im.slots) & (b.slots == im2.slots) & im.writable & (im.slots != im2.slots)
         if still.any():
             raise MPKFootprintError(f"{h.where(task)} leaves part of its declared output tile unwritten "
                                     f"(still poison after runs with two poisons): "
                                     f"{_describe(t, b, still.nonzero().flatten())}")
-    if any(not torch.equal(b.slots[im.writable], g[im.writable]) for b, im, g in zip(h.buffers, first, got)):
+    if any(not torch.equal(h.buffers[i].slots[first[i].writable], got[i][first[i].writable]) for i in outs):
         found = h.find_read(task, (first, second), got, h.outputs(second))
         raise MPKFootprintError(f"{h.where(task)} {found}")
     h.run(task, first, h.task_seed(task, 1))
-    for t, b, im, g in zip(h.table, h.buffers, first, got):
+    for t, b, im, g in ((h.table[i], h.buffers[i], first[i], got[i]) for i in outs):
         differs = (b.slots != g) & im.writable
         if differs.any():
             raise MPKFootprintError(f"{h.where(task)} gives different results with another order of its "
