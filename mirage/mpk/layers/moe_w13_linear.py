@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ..dtypes import FLOATS, int32
+from ..dtypes import FLOATS, float8_e4m3, float32, int32
 from . import BY_REQUEST, NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor, storage
 
 TASK_TYPE = 254          # MPK's TASK_MOE_W13_LINEAR_SM100 (runtime_header.h)
@@ -31,6 +31,7 @@ TASK_TYPE = 254          # MPK's TASK_MOE_W13_LINEAR_SM100 (runtime_header.h)
 # rows [r*N/W, (r+1)*N/W) of every expert's weight (dim -2 of [E, N, K]) and computes those output columns.
 TP = "column"
 EXPERT_AXIS, COLUMN_AXIS = 0, 1      # MPK: grid.x the expert stride, grid.y the column split
+FP8_GROUPS = (64, 128)     # codes per float32 scale in the fp8 variants (MPK fixes 128; 64 as quantize_fp8's)
 
 
 def moe_grid(column_tiles: int, expert_stride: int) -> tuple[int, int, int]:
@@ -49,34 +50,57 @@ def experts_of(mask: torch.Tensor, num_experts: int, first: int, stride: int) ->
 
 
 def moe_linear_parts(name: str, input, weight, moe_routing_indices, moe_mask, output, grid_dim, block_dim,
-                     *, w2: bool) -> dict:
-    """The checks, partition map and live parts moe_w13_linear_layer and moe_w2_linear_layer share, as the
-    Layer's arguments after its name and kind; w2: input [batch, topk, K], one row per (token, slot)."""
+                     *, w2: bool, input_scale=None, weight_scale=None) -> dict:
+    """The checks, partition map and live parts of the four MoE expert linears (moe_w13_linear, moe_w2_linear
+    and their fp8 variants, layers/moe_w13_fp8.py), as the Layer's arguments after its name and kind; w2:
+    input [batch, topk, K], one row per (token, slot). With input_scale and weight_scale (fp8): input and
+    weight are e4m3 codes, the scales float32 [..., K / G] beside them (G in FP8_GROUPS), split as their
+    codes are, and the output any float dtype; the roles take MPK's fp8 keywords (input_fp8, ...)."""
+    fp8 = input_scale is not None
+    x_role, w_role = ("input_fp8", "weight_fp8") if fp8 else ("input", "weight")
     grid = check_grid(name, grid_dim, block_dim)
-    x = check_tensor(name, "input", input, ndim=3 if w2 else 2, dtype=FLOATS)
+    x = check_tensor(name, x_role, input, ndim=3 if w2 else 2, dtype=float8_e4m3 if fp8 else FLOATS)
     batch, k = x.dims[0], x.dims[-1]
-    w = check_tensor(name, "weight", weight, ndim=3, dtype=x.dtype)
+    w = check_tensor(name, w_role, weight, ndim=3, dtype=x.dtype)
     experts, n = w.dims[0], w.dims[1]
     if w.dims[2] != k:
-        raise ValueError(f"layer '{name}': weight '{w.name}' is {w.dims} but input '{x.name}' is {x.dims}: "
-                         f"weight must be [num_experts, out_features, {k}]")
+        raise ValueError(f"layer '{name}': {w_role} '{w.name}' is {w.dims} but {x_role} '{x.name}' is "
+                         f"{x.dims}: {w_role} must be [num_experts, out_features, {k}]")
+    scales = []
+    if fp8:
+        blocks = check_tensor(name, "input_scale", input_scale, ndim=len(x.dims), dtype=float32).dims[-1]
+        group = k // blocks if blocks and k % blocks == 0 else None
+        if group not in FP8_GROUPS:
+            raise ValueError(f"layer '{name}': input_scale '{input_scale.name}' has {blocks} scales per row "
+                             f"of {x_role} '{x.name}' {x.dims}: one float32 scale per block of "
+                             f"{' or '.join(map(str, FP8_GROUPS))} codes, so K / {FP8_GROUPS[-1]} = "
+                             f"{k / FP8_GROUPS[-1]:g} or K / {FP8_GROUPS[0]} = {k / FP8_GROUPS[0]:g}")
+        for role, t, of in (("input_scale", input_scale, x), ("weight_scale", weight_scale, w)):
+            want = (*of.dims[:-1], k // group)
+            s = check_tensor(name, role, t, ndim=len(want), dtype=float32)
+            if s.dims != want:
+                raise ValueError(f"layer '{name}': {role} '{s.name}' is {s.dims}, expected {want} (one scale "
+                                 f"per {group} codes of '{of.name}' {of.dims}, as input_scale)")
+            scales.append(s)
     r = check_tensor(name, "moe_routing_indices", moe_routing_indices, ndim=2, dtype=int32)
     if r.dims != (experts, batch):
         raise ValueError(f"layer '{name}': moe_routing_indices '{r.name}' is {r.dims}, expected "
-                         f"[num_experts, batch] = ({experts}, {batch}) (weight '{w.name}' has {experts} "
-                         f"experts, input '{x.name}' {batch} tokens)")
+                         f"[num_experts, batch] = ({experts}, {batch}) ({w_role} '{w.name}' has {experts} "
+                         f"experts, {x_role} '{x.name}' {batch} tokens)")
     m = check_tensor(name, "moe_mask", moe_mask, ndim=1, dtype=int32)
     if m.dims != (experts + 1,):
         raise ValueError(f"layer '{name}': moe_mask '{m.name}' has {m.dims[0]} entries, expected "
                          f"num_experts + 1 = {experts + 1} (the activated experts, then their count)")
-    y = check_tensor(name, "output", output, ndim=3, dtype=x.dtype)
+    y = check_tensor(name, "output", output, ndim=3, dtype=FLOATS if fp8 else x.dtype)
     topk = y.dims[1]
     want = (batch, x.dims[1] if w2 else None, n)
     if y.dims[0] != batch or y.dims[2] != n or (w2 and topk != x.dims[1]):
         raise ValueError(f"layer '{name}': output '{y.name}' is {y.dims}, expected [batch, topk, "
-                         f"out_features] = {tuple('topk' if d is None else d for d in want)} (input "
-                         f"'{x.name}' {x.dims}, weight '{w.name}' {w.dims})")
-    for role, t in (("input", x), ("weight", w), ("moe_routing_indices", r), ("moe_mask", m)):
+                         f"out_features] = {tuple('topk' if d is None else d for d in want)} ({x_role} "
+                         f"'{x.name}' {x.dims}, {w_role} '{w.name}' {w.dims})")
+    reads = [(x_role, x), (w_role, w), *zip(("input_scale", "weight_scale"), scales),
+             ("moe_routing_indices", r), ("moe_mask", m)]
+    for role, t in reads:
         if storage(t) & storage(y):
             raise ValueError(f"layer '{name}': output '{y.name}' shares storage with the {role} '{t.name}'; "
                              f"write to another tensor")
@@ -84,8 +108,11 @@ def moe_linear_parts(name: str, input, weight, moe_routing_indices, moe_mask, ou
         raise ValueError(f"layer '{name}': grid_dim.z must be 1, got {grid}")
     cols = [NOT_SPLIT] * 3
     cols[COLUMN_AXIS] = 1
-    inputs = [Access("input", x), Access("weight", w, tuple(cols)), Access("moe_routing_indices", r),
-              Access("moe_mask", m)]
+    inputs = [Access(x_role, x), Access(w_role, w, tuple(cols))]
+    if fp8:     # MPK's order: input_fp8, input_scale, weight_fp8, weight_scale, routing, mask
+        inputs = [inputs[0], Access("input_scale", scales[0]), inputs[1],
+                  Access("weight_scale", scales[1], tuple(cols))]
+    inputs += [Access("moe_routing_indices", r), Access("moe_mask", m)]
     cols[COLUMN_AXIS] = 2
     outputs = [Access("output", y, tuple(cols), shared=BY_REQUEST)]
     check_splits(name, grid, inputs, outputs)
@@ -102,13 +129,18 @@ def moe_linear_parts(name: str, input, weight, moe_routing_indices, moe_mask, ou
             rows[tok, routing[e, tok] - 1] = True
         used = torch.zeros(experts, dtype=torch.bool)
         used[ids] = True
-        read = rows[:, :, None].expand(x.dims) if w2 else rows.any(1)[:, None].expand(x.dims)
-        return {"output": rows[:, :, None].expand(y.dims), "input": read,
-                "weight": used[:, None, None].expand(w.dims)}
+        read = rows[:, :, None] if w2 else rows.any(1)[:, None]
+        parts = {"output": rows[:, :, None].expand(y.dims), x_role: read.expand(x.dims),
+                 w_role: used[:, None, None].expand(w.dims)}
+        if fp8:
+            parts["input_scale"] = read.expand(scales[0].dims)
+            parts["weight_scale"] = used[:, None, None].expand(scales[1].dims)
+        return parts
 
-    return dict(grid=grid, inputs=inputs, outputs=outputs, template=(x.dtype,), live=live,
+    return dict(grid=grid, inputs=inputs, outputs=outputs, template=(y.dtype,), live=live,
                 task_iparams=lambda c: (c[EXPERT_AXIS], stride),
-                params={"num_experts": experts, "topk": topk, "expert_stride": stride})
+                params={"num_experts": experts, "topk": topk, "expert_stride": stride,
+                        **({"group_size": k // scales[0].dims[-1]} if fp8 else {})})
 
 
 def moe_w13_linear_layer(pk, name: str, input, weight, moe_routing_indices, moe_mask, output, grid_dim,

@@ -94,6 +94,23 @@ exp2(s_j - m) in [1, n]):
                Minkowski), the merge's own as independent roundings. A merge that ignores lse (equal weights)
                or takes lse in natural-log units moves o by pi_c |o_c - o| itself, far outside.
 
+fp8 GEMMs (tol_fp8_quantized; csrc/tasks/moe_w13_fp8.cuh). The kernel reads e4m3 codes q and block scales
+read as powers of two p (UE8M0), so x~ = q p is exact in float64 and the product of two codes exact in fp32:
+against the reference on x~ and w~ the kernel's only errors are its fp32 sums and its output rounding, the
+linear's budget (tol_linear over K, scale = |x~| @ |w~|^T). Against the operands before quantization, x and
+w, each code adds its rounding: with p a power of two >= amax / 448 (no saturation), x / p rounds to e4m3
+within half an ulp: 2^-4 |x| (p = 4 significand bits: u_e4m3) for a normal quotient, half the subnormal
+spacing 2^-9 below 2^-6, so
+
+    |x~ - x| <= d(x) = 2^-4 |x| + 2^-10 p           (e4m3_rounding_bound)
+    |x~ w~ - x w| <= d(x) |w~| + |x| d(w)          per product, so per output
+    quant_scale = d(x) @ |w~|^T + |x| @ d(w)^T      on top of the linear's budget,
+
+with variance sum_k (d(x_k) w~_k)^2 / 3 + (x_k d(w_k))^2 / 3 for the rms ratio (independent roundings).
+A scale that is not a power of two (amax / 448) is read as the power below it (MPK's kernel): x~ is then up
+to 2x off x, by design, and only the first comparison applies. A dropped block, a wrong expert or a scale
+read from the wrong row moves the output by the size of a block's own contribution, far outside both.
+
 These are worst-case bounds, not fitted thresholds: a missed tile, a wrong column or a
 dropped dependency produces errors of the size of |ref| itself, far outside them in fp32.
 For bf16/fp16 chains the tight check is per layer (each layer's reference applied to the
@@ -328,3 +345,23 @@ def tol_attention_merge(dtype: DType | torch.dtype, head_dim: int, lse: list, ou
         sig = sig + torch.where(p > 0, p * s + spread * sd, 0.0)
     return Tolerance(atol, merge.rtol, f"merge of {len(outs)} chunks: {merge.why}; the chunks' budgets",
                      merge.var_abs + sig * sig, merge.var_rel)
+
+
+E4M3_HALF_SUBNORMAL = 2.0**-10     # half e4m3's subnormal spacing 2^-9: the absolute rounding floor of a code
+
+
+def e4m3_rounding_bound(v: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """|code * p - v| for v rounded to e4m3 under the power-of-two block scale p (elementwise, broadcast,
+    float64; module doc, "fp8 GEMMs"): half an ulp, 2^-4 |v| normal, 2^-10 p subnormal."""
+    return to_dtype(torch.float8_e4m3fn).unit_roundoff * v.double().abs() + E4M3_HALF_SUBNORMAL * p.double()
+
+
+def tol_fp8_quantized(dtype, k: int, scale: torch.Tensor, quant_scale: torch.Tensor,
+                      quant_scale2: torch.Tensor) -> Tolerance:
+    """An fp8 GEMM's output against the product of its operands before quantization (module doc, "fp8
+    GEMMs"): the linear's budget over k terms of scale = |x~| @ |w~|^T, plus quant_scale = d(x) @ |w~|^T +
+    |x| @ d(w)^T (e4m3_rounding_bound) and, for the rms ratio, quant_scale2 = the sum of those terms
+    squared."""
+    own = tol_linear(dtype, k, scale)
+    return Tolerance(own.atol + quant_scale.double(), own.rtol, f"{own.why}; e4m3 rounding of both operands "
+                     f"(2^-4 |v| + 2^-10 p per code)", own.var_abs + quant_scale2.double() / 3, own.var_rel)
