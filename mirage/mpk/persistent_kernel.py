@@ -309,7 +309,10 @@ class PersistentKernel:
     @property
     def target_cc(self) -> int:
         """Compute capability the kernel is built for (e.g. 90): the device's on CUDA (target_cc=, if
-        given, must match it); on the CPU backend the target_cc= given (0 if none: a 128-thread block)."""
+        given, must match it); on the CPU backend the target_cc= given, or, if none, the one whose worker
+        block fits every layer's block_dim: 0 (a 128-thread block) unless a layer asks for more threads,
+        then 90 (256 threads, MPK's Hopper and Blackwell worker: MPK's files that pass block_dim=(256, 1,
+        1) run unchanged)."""
         if self.device is not None and self.device.type == "cuda":
             major, minor = torch.cuda.get_device_capability(self.device)
             cc = major * 10 + minor
@@ -317,7 +320,9 @@ class PersistentKernel:
                 raise ValueError(f"PersistentKernel(target_cc={self._target_cc}) but {self.device} has "
                                  f"compute capability {cc}; leave target_cc unset on CUDA")
             return cc
-        return self._target_cc or 0
+        if self._target_cc is not None:
+            return self._target_cc
+        return 90 if any(b[0] * b[1] * b[2] > 128 for b in (layer.block for layer in self.layers)) else 0
 
     def _resolve_backend(self) -> str:
         device_type = self.device.type if self.device is not None else "cpu"
