@@ -4,7 +4,10 @@ Each run is a child of the real interpreter with the sanitizer runtime preloaded
 (mirage.mpk.sanitize, docs/sanitizers.md); it must exit 0 with zero reports in the project's frames.
 Negative controls prove the counting: a real race (fault drop_dependency: a consumer reads a
 tile while its producer writes it) and a heap overflow in a generated module count as project
-reports; a race in a library outside the project counts only as "elsewhere".
+reports (the overflow also with the child's fd 2 redirected, as pytest's capture does); a race
+in a library outside the project counts only as "elsewhere". A C++ throw in a sanitized module
+is caught under ASan (libstdc++ preloaded after libasan), and without that preload its CHECK
+failure is a named report, not a silent exit 1.
 How to run them by hand: docs/sanitizers.md.
 """
 import os
@@ -56,6 +59,7 @@ extern "C" int race_elsewhere() {
 }
 """
 OVERFLOW_SRC = r"""
+#include <stdexcept>
 extern "C" int read_past_end(int n) {
     int* p = new int[n];
     for (int i = 0; i < n; i++) p[i] = i;
@@ -64,7 +68,18 @@ extern "C" int read_past_end(int n) {
     delete[] p;
     return v;
 }
+// what a kernel's task_fail does (csrc/tasks/common.cuh), caught here
+extern "C" int throw_and_catch(int n) {
+    try {
+        throw std::runtime_error("thrown");
+    } catch (const std::runtime_error&) {
+        return n;
+    }
+}
 """
+# fd 2 to a file first, as pytest's capture does for each test not run with -s
+CAPTURED_CHILD = ("import ctypes, os, sys; fd = os.open(os.devnull, os.O_WRONLY); os.dup2(fd, 2); "
+                  "print(getattr(ctypes.CDLL(sys.argv[1]), sys.argv[2])(4), flush=True)")
 
 
 def _show(result) -> None:
@@ -106,15 +121,65 @@ def test_race_is_counted(tmp_path):
         f"{result.summary}: the race outside the project was not seen (or counted as the project's)"
 
 
-def test_memory_error_is_counted():
+def test_race_is_counted_with_stderr_captured():
+    """Negative control (thread): a race in a module built like the generated ones, in a child whose fd 2
+    goes to a file (pytest's capture): TSan's exit code is 0, so a report lost with fd 2 would pass."""
+    so = build.compile_module(ELSEWHERE_SRC, "cpu", test_mode=True, sanitize="thread").path
+    result = run_under_sanitizer("thread", ["-c", CAPTURED_CHILD, so, "race_elsewhere"], TIMEOUT_S)
+    _show(result)
+    assert result.returncode == 0, f"{result.summary}\n{result.stderr[-3000:]}"
+    assert any("data race" in r for r in result.project_reports), \
+        f"{result.summary}: the race went with fd 2\n{result.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def asan_module() -> str:
+    """OVERFLOW_SRC built like the generated modules, under ASan (one build for the tests below)."""
+    return build.compile_module(OVERFLOW_SRC, "cpu", test_mode=True, sanitize="address").path
+
+
+def test_memory_error_is_counted(asan_module):
     """Negative control (address): a heap overflow in a module built like the generated ones."""
-    so = build.compile_module(OVERFLOW_SRC, "cpu", test_mode=True, sanitize="address").path
     child = "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).read_past_end(4))"
-    result = run_under_sanitizer("address", ["-c", child, so], TIMEOUT_S)
+    result = run_under_sanitizer("address", ["-c", child, asan_module], TIMEOUT_S)
     _show(result)
     assert result.returncode != 0, "ASan halts on the first error"
     assert len(result.project_reports) == 1, f"{result.summary}\n{result.stderr[-3000:]}"
     assert "heap-buffer-overflow" in result.project_reports[0], result.project_reports[0]
+    assert "heap-buffer-overflow" in result.summary, f"the summary does not name the cause: {result.summary}"
+
+
+def test_report_is_counted_with_stderr_captured(asan_module):
+    """The same overflow in a child whose fd 2 goes to a file, as under pytest without -s: the report is
+    still read (from ASan's log_path, not the child's stderr), not lost with a bare exit 1."""
+    result = run_under_sanitizer("address", ["-c", CAPTURED_CHILD, asan_module, "read_past_end"], TIMEOUT_S)
+    _show(result)
+    assert result.returncode != 0, "ASan halts on the first error"
+    assert len(result.project_reports) == 1, f"{result.summary}: the report went with fd 2\n{result.stderr}"
+    assert "heap-buffer-overflow" in result.project_reports[0], result.project_reports[0]
+
+
+def test_cxx_exception_under_asan(asan_module):
+    """A C++ throw in a sanitized module (a kernel's task_fail) is caught as usual under ASan: the harness
+    preloads libstdc++ after libasan, so ASan's __cxa_throw interceptor finds the real one."""
+    result = run_under_sanitizer("address", ["-c", CAPTURED_CHILD, asan_module, "throw_and_catch"], TIMEOUT_S)
+    _show(result)
+    assert result.returncode == 0 and result.total_reports == 0, f"{result.summary}\n{result.stderr}"
+    assert result.stdout.strip() == "4", result.stdout
+
+
+def test_cxx_exception_without_libstdcxx_preloaded_is_named(asan_module):
+    """Negative control: with libasan alone preloaded (what the harness did before), the same throw kills
+    the child in ASan's interceptor (exit 1, fd 2 captured); the run names that CHECK failure."""
+    env = {"LD_PRELOAD": runtime_library("address")}
+    result = run_under_sanitizer("address", ["-c", CAPTURED_CHILD, asan_module, "throw_and_catch"], TIMEOUT_S,
+                                 env=env)
+    _show(result)
+    assert result.returncode != 0, f"{result.summary}: the throw survived without libstdc++ preloaded"
+    assert len(result.project_reports) == 1, f"{result.summary}\n{result.stderr}"
+    assert "CHECK failed" in result.project_reports[0] and "throw_and_catch" in result.project_reports[0], \
+        result.project_reports[0]
+    assert "real___cxa_throw" in result.summary, f"the summary does not name the cause: {result.summary}"
 
 
 def test_runtime_libraries_exist():
