@@ -126,6 +126,7 @@ def test_moe_w13_fp8_floored_scales_fail_the_unquantized_comparison():
         run_kernel(torch.float32, d, 2, (5, 3), None, 90, exact=True)
 
 
+@pytest.mark.quick     # the layer's case in the quick subset and the kernel sanitizer runs
 @pytest.mark.parametrize("target_cc", TARGETS)
 def test_moe_w13_fp8_kernel_strided(target_cc):
     # the codes a column block of a wider matrix: row stride 3K, not K (a kernel using W's strides fails)

@@ -39,6 +39,7 @@ def test_moe_w2_fp8_power_of_two_scales_match_the_unquantized_product(dtype, gro
     w13.run_kernel(dtype, d, 2, (5, 3), None, 90, w2=True, exact=True, reference=ref)
 
 
+@pytest.mark.quick     # the layer's case in the quick subset and the kernel sanitizer runs
 @pytest.mark.parametrize("target_cc", w13.TARGETS)
 def test_moe_w2_fp8_kernel_strided(target_cc):
     # the codes [B, topk, K] a column block of a wider tensor: row stride 3K, not K
