@@ -24,6 +24,7 @@ Covers, for bf16, fp16 and fp32 at 128 threads (target_cc 80) and 256 (target_cc
 Run: python tests/runtime_python/moe_mul_sum_add/test_moe_mul_sum_add.py   (or pytest this file)
 The integration test is test_moe_mul_sum_add_testmode.py beside it; both use pytorch_reference.py.
 """
+import os
 import sys
 
 import pytest
@@ -32,6 +33,7 @@ import torch
 from mirage.mpk import testing
 
 ref = testing.load_reference(__file__)
+moe = testing.load_reference(os.path.join(os.path.dirname(__file__), "../test_mode/x.py"), name="moe_inputs")
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 TARGETS = [80, 90]       # the worker block: 128 threads (sm_80), 256 (sm_90a / sm_100a)
@@ -53,17 +55,9 @@ def budget(dtype, x, w, residual):
     return testing.tolerance(dtype, k=x.shape[1] + 1, scale=ref.scale(x, w, residual), ops=2)
 
 
-def routing_weights(batch, topk, gen):
-    """Softmax weights (float32, as the routing gives), the last slot of every other token 0."""
-    w = torch.softmax(testing.randn((batch, topk), torch.float32, gen), dim=1)
-    if topk > 1:
-        w[::2, -1] = 0.0
-    return w
-
-
 def draw(dtype, batch, topk, hidden, gen):
     x = testing.randn((batch, topk, hidden), dtype, gen)
-    return x, routing_weights(batch, topk, gen), testing.randn((batch, hidden), dtype, gen)
+    return x, moe.slot_weights(batch, topk, gen), testing.randn((batch, hidden), dtype, gen)
 
 
 def run_kernel(dtype, x, w, residual, out, grid, coords, target_cc):
@@ -95,7 +89,7 @@ def test_moe_mul_sum_add_kernel_strided(dtype, target_cc):
     gen = testing.generator(offset=78)
     x = testing.randn((batch, topk, 3 * hidden), dtype, gen)[:, :, hidden:2 * hidden]
     w = torch.zeros(batch, 2 * topk)
-    w[:, ::2] = routing_weights(batch, topk, gen)
+    w[:, ::2] = moe.slot_weights(batch, topk, gen)
     residual = testing.randn((batch, 2 * hidden), dtype, gen)[:, hidden:]
     out = torch.zeros(batch, 2 * hidden, dtype=dtype)[:, :hidden]
     run_kernel(dtype, x, w[:, ::2], residual, out, (2, 2), None, target_cc)

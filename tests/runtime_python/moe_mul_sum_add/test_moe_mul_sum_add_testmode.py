@@ -10,13 +10,15 @@ Run: python tests/runtime_python/moe_mul_sum_add/test_moe_mul_sum_add_testmode.p
      testing.run_cases_as_script)
 """
 
+import os
+
 import pytest
 import torch
 
 from mirage.mpk import testing
-from mirage.mpk.persistent_kernel import PersistentKernel
 
 ref = testing.load_reference(__file__)
+moe = testing.load_reference(os.path.join(os.path.dirname(__file__), "../test_mode/x.py"), name="moe_inputs")
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 # (batch, topk, hidden, (grid.x, grid.y)): grid.x splits batch, grid.y hidden
@@ -30,17 +32,15 @@ CASES = [
 
 def run_case(dtype, batch, topk, hidden, grid, jitter, output_dir=None, world=testing.ONE_RANK):
     gen = testing.generator(offset=batch * 1009 + topk * 101 + hidden)
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params))
     x = testing.randn((batch, topk, hidden), dtype, gen)
-    w = torch.softmax(testing.randn((batch, topk), torch.float32, gen), dim=1)    # the routing's weights
-    if topk > 1:
-        w[::2, -1] = 0.0                   # zero slots: ignored, and no slack in the budget
+    w = moe.slot_weights(batch, topk, gen)            # the routing's weights, some slots 0
     residual = testing.randn((batch, hidden), dtype, gen)
     out = torch.zeros(batch, hidden, dtype=dtype)
-    t = {n: pk.attach_input(v, name=n) for n, v in [("x", x), ("w", w), ("residual", residual), ("out", out)]}
-    pk.moe_mul_sum_add_layer(input=t["x"], weight=t["w"], residual=t["residual"], output=t["out"],
-                             grid_dim=(grid[0], grid[1], 1), block_dim=(128, 1, 1))
-    pk.compile(output_dir=output_dir)
+    pk = moe.graph(testing.cpu_config(jitter_seed=jitter, **world.params),
+                   lambda pk, t: pk.moe_mul_sum_add_layer(input=t["x"], weight=t["w"], residual=t["residual"],
+                                                          output=t["out"], grid_dim=(grid[0], grid[1], 1),
+                                                          block_dim=(128, 1, 1)),
+                   {"x": x, "w": w, "residual": residual, "out": out}, output_dir)
     pk()
     name = f"moe_mul_sum_add[{str(dtype)[6:]},{batch}x{topk}x{hidden},grid={grid},jitter={jitter}{world.tag}]"
     tol = testing.tolerance(dtype, k=topk + 1, scale=ref.scale(x, w, residual), ops=2)

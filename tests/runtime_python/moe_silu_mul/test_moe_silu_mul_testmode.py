@@ -8,13 +8,15 @@ Run: python tests/runtime_python/moe_silu_mul/test_moe_silu_mul_testmode.py   (o
      testing.run_cases_as_script)
 """
 
+import os
+
 import pytest
 import torch
 
 from mirage.mpk import testing
-from mirage.mpk.persistent_kernel import PersistentKernel
 
 ref = testing.load_reference(__file__)
+moe = testing.load_reference(os.path.join(os.path.dirname(__file__), "../test_mode/x.py"), name="moe_inputs")
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 # (batch, topk, intermediate I, (grid.x, grid.y)): input [batch, topk, 2I]; grid.x splits batch, grid.y topk
@@ -28,12 +30,12 @@ CASES = [
 
 def run_case(dtype, batch, topk, inter, grid, jitter, output_dir=None, world=testing.ONE_RANK):
     gen = testing.generator(offset=batch * 1009 + topk * 101 + inter)
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params))
     x = testing.randn((batch, topk, 2 * inter), dtype, gen, scale=2.0)   # gates into silu's curved part
     out = torch.zeros(batch, topk, inter, dtype=dtype)
-    x_dt, out_dt = pk.attach_input(x, name="x"), pk.attach_input(out, name="out")
-    pk.moe_silu_mul_layer(input=x_dt, output=out_dt, grid_dim=(grid[0], grid[1], 1), block_dim=(128, 1, 1))
-    pk.compile(output_dir=output_dir)
+    pk = moe.graph(testing.cpu_config(jitter_seed=jitter, **world.params),
+                   lambda pk, t: pk.moe_silu_mul_layer(input=t["x"], output=t["out"],
+                                                       grid_dim=(grid[0], grid[1], 1), block_dim=(128, 1, 1)),
+                   {"x": x, "out": out}, output_dir)
     pk()
     name = (f"moe_silu_mul[{str(dtype)[6:]},{batch}x{topk}x{2 * inter}->{inter},grid={grid},"
             f"jitter={jitter}{world.tag}]")

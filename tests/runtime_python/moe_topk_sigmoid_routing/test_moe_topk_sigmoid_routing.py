@@ -12,6 +12,7 @@ views of all five tensors; both worker blocks. Negative controls: ties to the hi
 group restriction dropped, fail.
 Run: python tests/runtime_python/moe_topk_sigmoid_routing/test_moe_topk_sigmoid_routing.py   (or pytest)
 """
+import os
 import sys
 
 import pytest
@@ -20,6 +21,7 @@ import torch
 from mirage.mpk import testing
 
 ref = testing.load_reference(__file__)
+moe = testing.load_reference(os.path.join(os.path.dirname(__file__), "../test_mode/x.py"), name="moe_inputs")
 
 TARGETS = [80, 90]       # the worker block: 128 threads (sm_80), 256 (sm_90a / sm_100a)
 # (batch, experts, topk, num_groups, topk_group, planted kinds, bias kind)
@@ -49,8 +51,7 @@ def weight_tol(topk: int):
 
 
 def outputs(batch, experts, topk):
-    return {"w": torch.zeros(batch, topk), "ri": torch.zeros(experts, batch, dtype=torch.int32),
-            "m": torch.zeros(experts + 1, dtype=torch.int32)}
+    return dict(zip(("w", "ri", "m"), moe.routing_outputs(batch, experts, topk)))
 
 
 def run_kernel(x, bias, topk, groups, target_cc, out=None, label="", scale=2.5):

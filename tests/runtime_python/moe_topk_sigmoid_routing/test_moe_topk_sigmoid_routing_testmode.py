@@ -16,13 +16,15 @@ Run: python tests/runtime_python/moe_topk_sigmoid_routing/test_moe_topk_sigmoid_
      the same full logits and the outputs must be bit-identical across ranks; run_cases_as_script)
 """
 
+import os
+
 import pytest
 import torch
 
 from mirage.mpk import testing
-from mirage.mpk.persistent_kernel import PersistentKernel
 
 ref = testing.load_reference(__file__)
+moe = testing.load_reference(os.path.join(os.path.dirname(__file__), "../test_mode/x.py"), name="moe_inputs")
 kernel_test = testing.load_reference(__file__, "test_moe_topk_sigmoid_routing")
 
 DTYPES = [torch.bfloat16, torch.float32]
@@ -41,18 +43,19 @@ SCALAR_CASES = [
 def run_case(dtype, batch, experts, topk, num_groups, topk_group, kinds, bias_kind, routed_scaling_factor=2.5,
              jitter=0, output_dir=None, scalars_required=False, world=testing.ONE_RANK):
     gen = testing.generator(offset=batch * 100 + experts)
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params))
     x = ref.logits(batch, experts, dtype, gen, kinds)
     bias = ref.make_bias(experts, bias_kind, gen)
-    w = torch.full((batch, topk), 77.0)
-    ri = torch.full((experts, batch), 77, dtype=torch.int32)
-    m = torch.full((experts + 1,), 77, dtype=torch.int32)
-    dts = [pk.attach_input(t, name=n) for t, n in ((x, "logits"), (bias, "bias"), (w, "topk_weight"),
-                                                      (ri, "routing_indices"), (m, "masks"))]
-    pk.moe_topk_sigmoid_routing_layer(input=dts[0], bias=dts[1], output=tuple(dts[2:]), grid_dim=(1, 1, 1),
-                                      block_dim=(128, 1, 1), num_groups=num_groups, topk_group=topk_group,
-                                      routed_scaling_factor=routed_scaling_factor)
-    pk.compile(output_dir=output_dir)
+    w, ri, m = moe.routing_outputs(batch, experts, topk, fill=77)
+
+    def layer(pk, t):
+        pk.moe_topk_sigmoid_routing_layer(input=t["logits"], bias=t["bias"],
+                                          output=(t["topk_weight"], t["routing_indices"], t["masks"]),
+                                          grid_dim=(1, 1, 1), block_dim=(128, 1, 1), num_groups=num_groups,
+                                          topk_group=topk_group, routed_scaling_factor=routed_scaling_factor)
+
+    pk = moe.graph(testing.cpu_config(jitter_seed=jitter, **world.params), layer,
+                   {"logits": x, "bias": bias, "topk_weight": w, "routing_indices": ri, "masks": m},
+                   output_dir)
     pk()
     pk.finalize()
     name = (f"moe_topk_sigmoid_routing[{str(dtype)[6:]},{batch}x{experts},topk={topk},groups={num_groups}/"

@@ -11,6 +11,7 @@ expert (the others receive none); strided views of all four tensors; both worker
 control: the kernel with ties to the higher expert fails the tie rows.
 Run: python tests/runtime_python/moe_topk_softmax_routing/test_moe_topk_softmax_routing.py   (or pytest)
 """
+import os
 import sys
 
 import pytest
@@ -19,6 +20,7 @@ import torch
 from mirage.mpk import testing
 
 ref = testing.load_reference(__file__)
+moe = testing.load_reference(os.path.join(os.path.dirname(__file__), "../test_mode/x.py"), name="moe_inputs")
 
 TARGETS = [80, 90]       # the worker block: 128 threads (sm_80), 256 (sm_90a / sm_100a)
 # (batch, experts, topk, planted kinds)
@@ -45,8 +47,7 @@ def weight_tol(topk: int):
 
 
 def outputs(batch, experts, topk):
-    return {"w": torch.zeros(batch, topk), "ri": torch.zeros(experts, batch, dtype=torch.int32),
-            "m": torch.zeros(experts + 1, dtype=torch.int32)}
+    return dict(zip(("w", "ri", "m"), moe.routing_outputs(batch, experts, topk)))
 
 
 def run_kernel(x, topk, target_cc, out=None, label=""):

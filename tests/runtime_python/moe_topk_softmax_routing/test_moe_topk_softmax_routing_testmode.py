@@ -15,13 +15,15 @@ Run: python tests/runtime_python/moe_topk_softmax_routing/test_moe_topk_softmax_
      the same full logits and the outputs must be bit-identical across ranks; run_cases_as_script)
 """
 
+import os
+
 import pytest
 import torch
 
 from mirage.mpk import testing
-from mirage.mpk.persistent_kernel import PersistentKernel
 
 ref = testing.load_reference(__file__)
+moe = testing.load_reference(os.path.join(os.path.dirname(__file__), "../test_mode/x.py"), name="moe_inputs")
 kernel_test = testing.load_reference(__file__, "test_moe_topk_softmax_routing")
 
 DTYPES = [torch.bfloat16, torch.float32]
@@ -34,17 +36,13 @@ CASES = [
 
 
 def run_case(dtype, batch, experts, topk, kinds, jitter=0, output_dir=None, world=testing.ONE_RANK):
-    gen = testing.generator(offset=batch * 100 + experts)
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params))
-    x = ref.logits(batch, experts, dtype, gen, kinds)
-    w = torch.full((batch, topk), 77.0)
-    ri = torch.full((experts, batch), 77, dtype=torch.int32)
-    m = torch.full((experts + 1,), 77, dtype=torch.int32)
-    dts = [pk.attach_input(t, name=n) for t, n in ((x, "logits"), (w, "topk_weight"), (ri, "routing_indices"),
-                                                      (m, "masks"))]
-    pk.moe_topk_softmax_routing_layer(input=dts[0], output=tuple(dts[1:]), grid_dim=(1, 1, 1),
-                                      block_dim=(128, 1, 1))
-    pk.compile(output_dir=output_dir)
+    x = ref.logits(batch, experts, dtype, testing.generator(offset=batch * 100 + experts), kinds)
+    w, ri, m = moe.routing_outputs(batch, experts, topk, fill=77)
+    pk = moe.graph(testing.cpu_config(jitter_seed=jitter, **world.params),
+                   lambda pk, t: pk.moe_topk_softmax_routing_layer(
+                       input=t["logits"], output=(t["topk_weight"], t["routing_indices"], t["masks"]),
+                       grid_dim=(1, 1, 1), block_dim=(128, 1, 1)),
+                   {"logits": x, "topk_weight": w, "routing_indices": ri, "masks": m}, output_dir)
     pk()
     pk.finalize()
     name = f"moe_topk_softmax_routing[{str(dtype)[6:]},{batch}x{experts},topk={topk}{world.tag}]"

@@ -16,15 +16,16 @@ cannot follow (mask count > E, an expert id >= E, an entry > topk) fails the tas
 Run: python tests/runtime_python/moe_w13_linear/test_moe_w13_linear.py
      (or pytest this file; -k to pick cases)
 """
+import os
 import sys
 
 import pytest
 import torch
 
 from mirage.mpk import testing
-from mirage.mpk.layers.moe_w13_linear import moe_grid
 
 ref = testing.load_reference(__file__)
+moe = testing.load_reference(os.path.join(os.path.dirname(__file__), "../test_mode/x.py"), name="moe_inputs")
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 TARGETS = [80, 90]       # the worker block: 128 threads (sm_80), 256 (sm_90a / sm_100a)
@@ -38,32 +39,13 @@ SHAPES = [
 ]
 
 
-block_dim = testing.worker_block_dim
-
-
 def inputs(dtype, batch, k, n, experts, topk, kind, x_stride=None):
-    gen = testing.generator(offset=batch * 100003 + k * 1009 + n * 7 + experts)
-    if x_stride is None:
-        x = testing.randn((batch, k), dtype, gen)
-    else:
-        x = testing.strided_view((batch, k), (x_stride, 1), dtype, gen)
-    w = testing.randn((experts, n, k), dtype, gen, scale=k ** -0.5)
-    routing, mask = ref.route(batch, experts, topk, gen, kind)
-    return x, w, routing, mask
+    return moe.routed_inputs(dtype, (batch,), k, n, experts, topk, kind, x_stride)
 
 
 def run_kernel(dtype, x, w, routing, mask, topk, grid, coords, target_cc):
-    out = torch.zeros(x.shape[0], topk, w.shape[1], dtype=dtype)
-    run = testing.run_tasks(
-        lambda pk, t: pk.moe_w13_linear_layer(input=t["x"], weight=t["w"], moe_routing_indices=t["routing"],
-                                              moe_mask=t["mask"], output=t["out"], grid_dim=moe_grid(*grid),
-                                              block_dim=block_dim(target_cc)),
-        {"x": x, "w": w, "routing": routing, "mask": mask, "out": out}, coords=coords, target_cc=target_cc)
-    expected, claimed = ref.moe_w13_linear(x, w, routing, topk)
-    scale = ref.moe_w13_linear(x.abs(), w.abs(), routing, topk)[0]
-    # the unclaimed rows: no task's live part, so never compared (run.check covers the tasks' live tiles)
-    run.check("out", expected, testing.tol_linear(dtype, x.shape[1], scale), inputs=(x, w))
-    return run
+    return moe.run_expert_kernel("moe_w13_linear", lambda a, b, r: ref.moe_w13_linear(a, b, r, topk), dtype,
+                                 x, w, routing, mask, topk, grid, coords, target_cc)
 
 
 @pytest.mark.parametrize("target_cc", TARGETS)
@@ -83,14 +65,7 @@ def test_moe_w13_linear_kernel_strided(dtype, target_cc):
     run_kernel(dtype, x, w, routing, mask, 2, (3, 3), None, 90)
 
 
-CONTROLS = [
-    ("for (int64_t a = first; a < count; a += stride)", "for (int64_t a = first; a < count; a += 1)",
-     "ignores the expert stride"),
-    ("const int64_t slot = s - 1;", "const int64_t slot = s < topk ? s : 0;", "writes slot + 1"),
-]
-
-
-@pytest.mark.parametrize("old,new,what", CONTROLS, ids=[c[2].replace(" ", "_") for c in CONTROLS])
+@pytest.mark.parametrize("old,new,what", moe.CONTROLS, ids=[c[2].replace(" ", "_") for c in moe.CONTROLS])
 def test_moe_w13_linear_negative_controls(old, new, what, tmp_path):
     x, w, routing, mask = inputs(torch.float32, 6, 96, 40, 8, 8, "topk")
     with testing.mutated_kernel(tmp_path, "moe_w13_linear.cuh", old, new):
@@ -98,39 +73,14 @@ def test_moe_w13_linear_negative_controls(old, new, what, tmp_path):
             run_kernel(torch.float32, x, w, routing, mask, 8, (5, 3), None, 80)
 
 
-def _bad_count(routing, mask):
-    mask[-1] = mask.numel()                 # E + 1 activated experts, one more than there are
-
-
-def _bad_expert(routing, mask):
-    mask[0] = mask.numel() - 1              # expert id E
-
-
-def _bad_slot(routing, mask):
-    routing[int(mask[0]), routing[int(mask[0])].argmax()] = 3    # slot 3 of topk 2
-
-
-BAD = [(_bad_count, "moe_mask\\[num_experts\\]"), (_bad_expert, "names an expert outside"),
-       (_bad_slot, "moe_routing_indices entry is outside")]
-
-
-@pytest.mark.parametrize("spoil,message", BAD, ids=[b[0].__name__ for b in BAD])
+@pytest.mark.parametrize("spoil,message", moe.BAD_ROUTING, ids=[f"_bad_{b[0]}" for b in moe.BAD_ROUTING])
 def test_moe_w13_linear_bad_routing_fails_the_task(spoil, message):
     """Routing the kernel cannot follow fails the task (task_fail) by name, and no access leaves the
     tensors (the footprint checks run first and would name one)."""
     x, w, routing, mask = inputs(torch.bfloat16, 3, 64, 8, 8, 2, "topk")
-    spoil(routing, mask)
+    moe.spoil(routing, mask, spoil)
     with pytest.raises(Exception, match=message):
         run_kernel(torch.bfloat16, x, w, routing, mask, 2, (2, 1), None, 80)
-
-
-def _layer(pk, x=(3, 64), w=(8, 16, 64), routing=(8, 3), mask=(9,), out=(3, 2, 16), grid=(1, 2, 1),
-           dtype=torch.bfloat16, index=torch.int32):
-    t = [pk.attach_input(torch.zeros(s, dtype=d), name=n) for s, d, n in
-         ((x, dtype, "x"), (w, dtype, "w"), (routing, index, "routing"), (mask, index, "mask"),
-          (out, dtype, "out"))]
-    pk.moe_w13_linear_layer(input=t[0], weight=t[1], moe_routing_indices=t[2], moe_mask=t[3], output=t[4],
-                            grid_dim=grid, block_dim=(128, 1, 1))
 
 
 BAD_SHAPES = [
@@ -149,11 +99,7 @@ BAD_SHAPES = [
 
 @pytest.mark.parametrize("change,message", BAD_SHAPES, ids=[str(b[0]) for b in BAD_SHAPES])
 def test_moe_w13_linear_bad_shapes(change, message):
-    from mirage.mpk.persistent_kernel import PersistentKernel
-    pk = PersistentKernel(**testing.cpu_config())
-    with pytest.raises(ValueError, match="layer 'moe_w13_linear_0': .*" + message):
-        _layer(pk, **change)
-    pk.finalize()
+    moe.refuses("moe_w13_linear", change, message, x=(3, 64))
 
 
 if __name__ == "__main__":

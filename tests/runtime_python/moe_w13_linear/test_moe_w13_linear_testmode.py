@@ -15,15 +15,16 @@ Run: python tests/runtime_python/moe_w13_linear/test_moe_w13_linear_testmode.py 
      columns of the output; the routing is whole on every rank; testing.run_cases_as_script)
 """
 
+import os
+
 import pytest
 import torch
 
 from mirage.mpk import testing
 from mirage.mpk.layers.moe_w13_linear import moe_grid
-from mirage.mpk.persistent_kernel import PersistentKernel
-from mirage.mpk.written import SENTINEL
 
 ref = testing.load_reference(__file__)
+moe = testing.load_reference(os.path.join(os.path.dirname(__file__), "../test_mode/x.py"), name="moe_inputs")
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 # (batch, K, N, experts, topk, routing kind, (column tiles = grid.y, expert stride = grid.x))
@@ -36,35 +37,15 @@ CASES = [
 ]
 
 
-def poisoned(out: torch.Tensor) -> torch.Tensor:
-    """[B, topk]: the (token, slot) rows still wholly holding test mode's poison."""
-    bits = out.view({2: torch.int16, 4: torch.int32}[out.element_size()])
-    return (bits == SENTINEL[out.element_size()]).all(-1)
-
-
-def compare(name, pk, out, expected, claimed, tol, inputs):
-    """The claimed rows against the reference; the unclaimed ones must hold the poison (no task wrote
-    them), then are set to the reference's zeros (in the attached tensor, after the run) and compare."""
-    assert bool(poisoned(out)[~claimed].all()), f"{name}: a (token, slot) no expert claims was written"
-    out[~claimed] = 0
-    testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk)
-
-
 def run_case(dtype, batch, k, n, experts, topk, kind, grid, jitter=0, output_dir=None,
              world=testing.ONE_RANK):
-    gen = testing.generator(offset=batch * 100003 + k * 1009 + n * 7 + experts)      # the same on every rank
-    x = testing.randn((batch, k), dtype, gen)
-    w_full = testing.randn((experts, n, k), dtype, gen, scale=k ** -0.5)
-    routing, mask = ref.route(batch, experts, topk, gen, kind)
+    x, w_full, routing, mask = moe.routed_inputs(dtype, (batch,), k, n, experts, topk, kind)
     w = world.shard("weight", w_full)
     cols = max(g for g in range(1, grid[0] + 1) if w.shape[1] % g == 0)       # divides the local N
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params))
     out = torch.zeros(batch, topk, w.shape[1], dtype=dtype)
-    dts = [pk.attach_input(t, name=s) for t, s in ((x, "x"), (w, "w"), (routing, "routing"), (mask, "mask"))]
-    out_dt = pk.attach_input(out, name="out")
-    pk.moe_w13_linear_layer(input=dts[0], weight=dts[1], moe_routing_indices=dts[2], moe_mask=dts[3],
-                            output=out_dt, grid_dim=moe_grid(cols, grid[1]), block_dim=(128, 1, 1))
-    pk.compile(output_dir=output_dir)
+    pk = moe.graph(testing.cpu_config(jitter_seed=jitter, **world.params),
+                   moe.expert_linear("moe_w13_linear", moe_grid(cols, grid[1])),
+                   {"x": x, "w": w, "routing": routing, "mask": mask, "out": out}, output_dir)
     pk()
     pk.finalize()
     full, claimed = ref.moe_w13_linear(x, w_full, routing, topk)
@@ -72,7 +53,7 @@ def run_case(dtype, batch, k, n, experts, topk, kind, grid, jitter=0, output_dir
     scale = ref.moe_w13_linear(x.abs(), w.abs(), routing, topk)[0]        # sum_k |x w| per output
     name = (f"moe_w13_linear[{str(dtype)[6:]},{batch}x{k}->{n},E={experts},topk={topk},{kind},"
             f"grid={moe_grid(cols, grid[1])},jitter={jitter}{world.tag}]")
-    compare(name, pk, out, expected, claimed, testing.tol_linear(dtype, k, scale), (x, w))
+    moe.check_claimed(name, pk, out, expected, claimed, testing.tol_linear(dtype, k, scale), (x, w))
     return pk
 
 
@@ -87,36 +68,11 @@ def test_moe_w13_linear(dtype, case, tmp_path):
     run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=str(tmp_path))
 
 
-BAD_ROUTING = [("count", "moe_mask\\[num_experts\\]"), ("expert", "names an expert outside"),
-               ("slot", "moe_routing_indices entry is outside")]
-
-
-@pytest.mark.parametrize("spoil,message", BAD_ROUTING, ids=[b[0] for b in BAD_ROUTING])
+@pytest.mark.parametrize("spoil,message", moe.BAD_ROUTING, ids=[b[0] for b in moe.BAD_ROUTING])
 def test_moe_w13_linear_bad_routing(spoil, message, tmp_path):
     """Routing the kernel cannot follow (a mask count above num_experts, an expert id num_experts, a slot
-    above topk) fails the task by name in the generated code, and the memory-safe test mode (guarded
-    copies: red zones, guard pages) finds no access outside a tensor: an MPKRuntimeError, no
-    MPKMemoryError."""
-    from mirage.mpk.errors import MPKMemoryError, MPKRuntimeError
-    gen = testing.generator(offset=5)
-    routing, mask = ref.route(3, 8, 2, gen)
-    if spoil == "count":
-        mask[8] = 9
-    elif spoil == "expert":
-        mask[int(mask[8]) - 1] = 8
-    else:
-        routing[int(mask[0]), routing[int(mask[0])].argmax()] = 3
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=1))
-    t = [pk.attach_input(v, name=n) for v, n in ((testing.randn((3, 64), torch.bfloat16, gen), "x"),
-         (testing.randn((8, 16, 64), torch.bfloat16, gen), "w"), (routing, "routing"), (mask, "mask"),
-         (torch.zeros(3, 2, 16, dtype=torch.bfloat16), "out"))]
-    pk.moe_w13_linear_layer(input=t[0], weight=t[1], moe_routing_indices=t[2], moe_mask=t[3], output=t[4],
-                    grid_dim=moe_grid(2, 3), block_dim=(128, 1, 1))
-    pk.compile(output_dir=str(tmp_path))
-    with pytest.raises(MPKRuntimeError, match=message) as info:
-        pk()
-    assert not isinstance(info.value, MPKMemoryError)
-    pk.finalize()
+    above topk) fails the task by name, and no access leaves a tensor (moe.bad_routing_fails)."""
+    moe.bad_routing_fails("moe_w13_linear", (3, 64), spoil, message, str(tmp_path))
 
 
 if __name__ == "__main__":

@@ -25,9 +25,9 @@ import torch
 from mirage.mpk import testing
 from mirage.mpk.layers.moe_w13_linear import moe_grid
 from mirage.mpk.persistent_kernel import PersistentKernel
-from mirage.mpk.written import SENTINEL
 
 ref = testing.load_reference(__file__)
+moe = testing.load_reference(os.path.join(os.path.dirname(__file__), "../test_mode/x.py"), name="moe_inputs")
 ALLREDUCE = testing.load_reference(os.path.join(os.path.dirname(__file__), "..", "allreduce", "x.py"))
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -39,12 +39,6 @@ CASES = [
     (8, 72, 24, 128, 8, "topk", (3, 5)),      # 128 experts, ~50 activated over a stride of 5
     (3, 40, 16, 8, 2, "hole", (2, 3)),        # token 0's second slot claimed by no expert
 ]
-
-
-def poisoned(out: torch.Tensor) -> torch.Tensor:
-    """[B, topk]: the (token, slot) rows still wholly holding test mode's poison."""
-    bits = out.view({2: torch.int16, 4: torch.int32}[out.element_size()])
-    return (bits == SENTINEL[out.element_size()]).all(-1)
 
 
 def allreduced(dtype, out, claimed, jitter, world):
@@ -62,32 +56,24 @@ def allreduced(dtype, out, claimed, jitter, world):
 
 def run_case(dtype, batch, k, n, experts, topk, kind, grid, jitter=0, output_dir=None,
              world=testing.ONE_RANK):
-    gen = testing.generator(offset=batch * 100003 + k * 1009 + n * 7 + experts + 1)   # the same on every rank
-    x_full = testing.randn((batch, topk, k), dtype, gen)
-    w_full = testing.randn((experts, n, k), dtype, gen, scale=k ** -0.5)
-    routing, mask = ref.route(batch, experts, topk, gen, kind)
+    x_full, w_full, routing, mask = moe.routed_inputs(dtype, (batch, topk), k, n, experts, topk, kind,
+                                                      offset=1)     # the same on every rank
     x, w = world.shard("input", x_full), world.shard("weight", w_full)      # this rank's columns of K
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params))
     out = torch.zeros(batch, topk, n, dtype=dtype)      # one rank: y; several: this rank's partial sums
-    dts = [pk.attach_input(t, name=s) for t, s in ((x, "x"), (w, "w"), (routing, "routing"), (mask, "mask"))]
-    out_dt = pk.attach_input(out, name="out")
-    pk.moe_w2_linear_layer(input=dts[0], weight=dts[1], moe_routing_indices=dts[2], moe_mask=dts[3],
-                           output=out_dt, grid_dim=moe_grid(*grid), block_dim=(128, 1, 1))
     # several ranks: this kernel's files in the case directory's partial/, the allreduce kernel's (the one
     # returned, whose output every rank must agree on) in the case directory itself
     several = output_dir and world.size > 1
-    pk.compile(output_dir=os.path.join(output_dir, "partial") if several else output_dir)
+    pk = moe.graph(testing.cpu_config(jitter_seed=jitter, **world.params),
+                   moe.expert_linear("moe_w2_linear", moe_grid(*grid)),
+                   {"x": x, "w": w, "routing": routing, "mask": mask, "out": out},
+                   os.path.join(output_dir, "partial") if several else output_dir)
     pk()
     pk.finalize()
     expected, claimed = ref.moe_w2_linear(x, w, routing)
     scale = ref.moe_w2_linear(x.abs(), w.abs(), routing)[0]           # sum_k |x w| per output
     name = (f"moe_w2_linear[{str(dtype)[6:]},{batch}x{k}->{n},E={experts},topk={topk},{kind},"
             f"grid={moe_grid(*grid)},jitter={jitter}{world.tag}]")
-    # unclaimed (token, slot) rows: no task writes them (they keep the poison); then compared as zeros
-    assert bool(poisoned(out)[~claimed].all()), f"{name}: a (token, slot) no expert claims was written"
-    out[~claimed] = 0
-    testing.check_output(name, out, expected, testing.tol_linear(dtype, x.shape[-1], scale),
-                         pk.layers[0].checks, (x, w), pk=pk)
+    moe.check_claimed(name, pk, out, expected, claimed, testing.tol_linear(dtype, x.shape[-1], scale), (x, w))
     if world.size == 1:
         return pk
     pk2, part, summed = allreduced(dtype, out, claimed, jitter, world)
@@ -118,36 +104,11 @@ def test_moe_w2_linear(dtype, case, tmp_path):
     run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=str(tmp_path))
 
 
-BAD_ROUTING = [("count", "moe_mask\\[num_experts\\]"), ("expert", "names an expert outside"),
-               ("slot", "moe_routing_indices entry is outside")]
-
-
-@pytest.mark.parametrize("spoil,message", BAD_ROUTING, ids=[b[0] for b in BAD_ROUTING])
+@pytest.mark.parametrize("spoil,message", moe.BAD_ROUTING, ids=[b[0] for b in moe.BAD_ROUTING])
 def test_moe_w2_linear_bad_routing(spoil, message, tmp_path):
     """Routing the kernel cannot follow (a mask count above num_experts, an expert id num_experts, a slot
-    above topk) fails the task by name in the generated code, and the memory-safe test mode (guarded
-    copies: red zones, guard pages) finds no access outside a tensor: an MPKRuntimeError, no
-    MPKMemoryError."""
-    from mirage.mpk.errors import MPKMemoryError, MPKRuntimeError
-    gen = testing.generator(offset=5)
-    routing, mask = ref.route(3, 8, 2, gen)
-    if spoil == "count":
-        mask[8] = 9
-    elif spoil == "expert":
-        mask[int(mask[8]) - 1] = 8
-    else:
-        routing[int(mask[0]), routing[int(mask[0])].argmax()] = 3
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=1))
-    t = [pk.attach_input(v, name=n) for v, n in ((testing.randn((3, 2, 64), torch.bfloat16, gen), "x"),
-         (testing.randn((8, 16, 64), torch.bfloat16, gen), "w"), (routing, "routing"), (mask, "mask"),
-         (torch.zeros(3, 2, 16, dtype=torch.bfloat16), "out"))]
-    pk.moe_w2_linear_layer(input=t[0], weight=t[1], moe_routing_indices=t[2], moe_mask=t[3], output=t[4],
-                    grid_dim=moe_grid(2, 3), block_dim=(128, 1, 1))
-    pk.compile(output_dir=str(tmp_path))
-    with pytest.raises(MPKRuntimeError, match=message) as info:
-        pk()
-    assert not isinstance(info.value, MPKMemoryError)
-    pk.finalize()
+    above topk) fails the task by name, and no access leaves a tensor (moe.bad_routing_fails)."""
+    moe.bad_routing_fails("moe_w2_linear", (3, 2, 64), spoil, message, str(tmp_path))
 
 
 if __name__ == "__main__":
