@@ -31,7 +31,7 @@ from mirage.mpk import testing
 from mirage.mpk.layers.moe_w13_linear import moe_grid
 
 ref = testing.load_reference(__file__)
-routes = testing.load_reference(os.path.join(os.path.dirname(__file__), "..", "moe_w13_linear", "_"))
+moe = testing.load_reference(os.path.join(os.path.dirname(__file__), "../test_mode/x.py"), name="moe_inputs")
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 TARGETS = [80, 90]       # the worker block: 128 threads (sm_80), 256 (sm_90a / sm_100a)
@@ -70,7 +70,7 @@ def inputs(batch, k, n, experts, topk, kind, group, w2=False, pow2_input=False, 
         wide = torch.zeros(*qx.shape[:-1], x_stride, dtype=qx.dtype)
         wide[..., k:2 * k] = qx
         qx = wide[..., k:2 * k]
-    routing, mask = routes.route(batch, experts, topk, gen, kind)
+    routing, mask = moe.route(batch, experts, topk, gen, kind)
     return dict(x=x, w=w, qx=qx, sx=sx, qw=qw, sw=sw, routing=routing, mask=mask)
 
 
@@ -157,29 +157,16 @@ def test_moe_w13_fp8_negative_controls(old, new, error, what, tmp_path):
     negative_control(tmp_path, old, new, error)
 
 
-def spoil(which: str, routing, mask):
-    if which == "count":
-        mask[-1] = mask.numel()                 # E + 1 activated experts, one more than there are
-    elif which == "expert":
-        mask[0] = mask.numel() - 1              # expert id E
-    else:
-        routing[int(mask[0]), routing[int(mask[0])].argmax()] = 3    # slot 3 of topk 2
-
-
-BAD = [("count", "moe_mask\\[num_experts\\]"), ("expert", "names an expert outside"),
-       ("slot", "moe_routing_indices entry is outside")]
-
-
 def bad_routing_fails(which, message, w2=False, reference=ref):
     """Routing the kernel cannot follow fails the task (task_fail) by name, and no access leaves the
     tensors (the footprint checks run first and would name one)."""
     d = inputs(3, 128, 8, 8, 2, "topk", 128, w2=w2, reference=reference)
-    spoil(which, d["routing"], d["mask"])
+    moe.spoil(d["routing"], d["mask"], which)
     with pytest.raises(Exception, match=message):
         run_kernel(torch.bfloat16, d, 2, (2, 1), None, 80, w2=w2, exact=False, reference=reference)
 
 
-@pytest.mark.parametrize("which,message", BAD, ids=[b[0] for b in BAD])
+@pytest.mark.parametrize("which,message", moe.BAD_ROUTING, ids=[b[0] for b in moe.BAD_ROUTING])
 def test_moe_w13_fp8_bad_routing_fails_the_task(which, message):
     bad_routing_fails(which, message)
 

@@ -27,9 +27,7 @@ from mirage.mpk.persistent_kernel import PersistentKernel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ref = testing.load_reference(__file__)
-routes = testing.load_reference(os.path.join(HERE, "..", "moe_w13_linear", "_"))
-W2_BF16 = testing.load_reference(os.path.join(HERE, "..", "moe_w2_linear", "_"),
-                                 "test_moe_w2_linear_testmode")   # its poisoned() and allreduced()
+moe = testing.load_reference(os.path.join(HERE, "../test_mode/x.py"), name="moe_inputs")
 
 DTYPES = [torch.bfloat16, torch.float32]
 # (batch, K, N, experts, topk, routing kind, (column tiles = grid.y, expert stride = grid.x), block);
@@ -44,58 +42,56 @@ CASES = [
 ]
 
 
-def run_case(dtype, batch, k, n, experts, topk, kind, grid, group, jitter=0, output_dir=None,
-             world=testing.ONE_RANK, w2=False, reference=ref):
-    gen = testing.generator(offset=batch * 100003 + k * 1009 + n * 7 + experts + 11 * w2)  # same on all ranks
+def quantized(batch, k, n, experts, topk, kind, group, w2=False, reference=ref):
+    """The unsharded codes and scales (input, weight) and the routing of a case, the same on every rank:
+    random data quantized per block with scale = amax / 448 (w2: input [B, topk, K])."""
+    gen = testing.generator(offset=batch * 100003 + k * 1009 + n * 7 + experts + 11 * w2)
     x = testing.randn((batch, topk, k) if w2 else (batch, k), torch.float32, gen)
     w = testing.randn((experts, n, k), torch.float32, gen, scale=k ** -0.5)
-    qx_full, sx_full = reference.quantize(x, group, pow2=False)
-    qw_full, sw_full = reference.quantize(w, group, pow2=False)
-    routing, mask = routes.route(batch, experts, topk, gen, kind)
-    # this rank's part: w13 (column) the weight's rows, w2 (row) the K columns of input and weight
-    qx, sx = world.shard("input", qx_full), world.shard("input", sx_full)
-    qw, sw = world.shard("weight", qw_full), world.shard("weight", sw_full)
-    cols = max(g for g in range(1, grid[0] + 1) if qw.shape[1] % g == 0)       # divides the local N
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params))
-    out = torch.zeros(batch, topk, qw.shape[1], dtype=dtype)    # w2 on several ranks: the partial sums
+    return (*reference.quantize(x, group, pow2=False), *reference.quantize(w, group, pow2=False),
+            *moe.route(batch, experts, topk, gen, kind))
+
+
+def run_layer(pk, dtype, qx, sx, qw, sw, routing, mask, topk, grid, w2=False):
+    """The layer over these tensors in `pk` (grid.y: the largest column split <= grid[0] that divides the
+    local N); returns the output tensor and the grid."""
+    cols = max(g for g in range(1, grid[0] + 1) if qw.shape[1] % g == 0)
+    out = torch.zeros(qx.shape[0], topk, qw.shape[1], dtype=dtype)
     t = {s: pk.attach_input(v, name=s) for v, s in ((qx, "qx"), (sx, "sx"), (qw, "qw"), (sw, "sw"),
                                                     (routing, "routing"), (mask, "mask"), (out, "out"))}
     layer = pk.moe_w2_fp8_layer if w2 else pk.moe_w13_fp8_layer
     layer(input_fp8=t["qx"], input_scale=t["sx"], weight_fp8=t["qw"], weight_scale=t["sw"],
           moe_routing_indices=t["routing"], moe_mask=t["mask"], output=t["out"],
           grid_dim=moe_grid(cols, grid[1]), block_dim=(128, 1, 1))
-    several = output_dir and world.size > 1 and w2      # w2: the partials' files in partial/, as w2_linear
-    pk.compile(output_dir=os.path.join(output_dir, "partial") if several else output_dir)
+    return out, moe_grid(cols, grid[1])
+
+
+def check(name, pk, out, qx, sx, qw, sw, routing, topk, expected=None, reference=ref):
+    """The claimed (token, slot) rows against the dequantized reference on these codes (or `expected`),
+    the unclaimed ones still poison; returns the claimed mask."""
+    xd, wd = reference.dequantize(qx, sx), reference.dequantize(qw, sw)
+    local, claimed = reference.moe_linear(xd, wd, routing, topk)
+    scale = reference.moe_linear(xd.abs(), wd.abs(), routing, topk)[0]       # sum_k |x~ w~| per output
+    moe.check_claimed(name, pk, out, local if expected is None else expected, claimed,
+                      testing.tol_linear(out.dtype, qx.shape[-1], scale), (xd, wd))
+    return claimed
+
+
+def run_case(dtype, batch, k, n, experts, topk, kind, grid, group, jitter=0, output_dir=None,
+             world=testing.ONE_RANK):
+    qx, sx, qw_full, sw_full, routing, mask = quantized(batch, k, n, experts, topk, kind, group)
+    # this rank's rows of every expert's codes and their scales (column-parallel); the input whole
+    qw, sw = world.shard("weight", qw_full), world.shard("weight", sw_full)
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params))
+    out, grid_dim = run_layer(pk, dtype, qx, sx, qw, sw, routing, mask, topk, grid)
+    pk.compile(output_dir=output_dir)
     pk()
     pk.finalize()
-    xd, wd = reference.dequantize(qx, sx), reference.dequantize(qw, sw)
-    expected, claimed = reference.moe_linear(xd, wd, routing, topk)
-    scale = reference.moe_linear(xd.abs(), wd.abs(), routing, topk)[0]       # sum_k |x~ w~| per output
-    name = (f"moe_w{2 if w2 else 13}_fp8[{str(dtype)[6:]},{batch}x{k}->{n},E={experts},topk={topk},{kind},"
-            f"block={group},grid={moe_grid(cols, grid[1])},jitter={jitter}{world.tag}]")
-    if not w2:      # this rank's columns of the unsharded product (the same as the local one)
-        xf, wf = reference.dequantize(qx_full, sx_full), reference.dequantize(qw_full, sw_full)
-        full = reference.moe_linear(xf, wf, routing, topk)[0]
-        expected = world.shard("output", full)
-    assert bool(W2_BF16.poisoned(out)[~claimed].all()), f"{name}: a (token, slot) no expert claims is written"
-    out[~claimed] = 0
-    testing.check_output(name, out, expected, testing.tol_linear(dtype, qx.shape[-1], scale),
-                         pk.layers[0].checks, (xd, wd), pk=pk)
-    if not w2 or world.size == 1:
-        return pk
-    # w2 on several ranks: the partials allreduced by a second kernel, against the unsharded product
-    pk2, part, summed = W2_BF16.allreduced(dtype, out, claimed, jitter, world)
-    pk2.compile(output_dir=output_dir)
-    pk2()
-    pk2.finalize()
-    parts = world.gather(part.clone())
-    xf, wf = reference.dequantize(qx_full, sx_full), reference.dequantize(qw_full, sw_full)
-    full = reference.moe_linear(xf, wf, routing, topk)[0].reshape(batch * topk, -1)
-    scale = reference.moe_linear(xf.abs(), wf.abs(), routing, topk)[0].reshape(batch * topk, -1)
-    tol = testing.tolerance(dtype, k=k + world.size, scale=scale, ops=2, input_rounding=dtype,
-                            scale2=sum(p.double() ** 2 for p in parts))
-    testing.check_output(f"{name}.unsharded", summed, full, tol, pk2.layers[0].checks, (part,), pk=pk2)
-    return pk2
+    full = ref.moe_linear(ref.dequantize(qx, sx), ref.dequantize(qw_full, sw_full), routing, topk)[0]
+    name = (f"moe_w13_fp8[{str(dtype)[6:]},{batch}x{k}->{n},E={experts},topk={topk},{kind},block={group},"
+            f"grid={grid_dim},jitter={jitter}{world.tag}]")
+    check(name, pk, out, qx, sx, qw, sw, routing, topk, expected=world.shard("output", full))
+    return pk
 
 
 def _jitter(dtype, case) -> int:
@@ -119,13 +115,8 @@ def bad_routing_is_named(spoil: str, message: str, tmp_path, w2=False):
     MPKMemoryError."""
     from mirage.mpk.errors import MPKMemoryError, MPKRuntimeError
     gen = testing.generator(offset=5)
-    routing, mask = routes.route(3, 8, 2, gen)
-    if spoil == "count":
-        mask[8] = 9
-    elif spoil == "expert":
-        mask[int(mask[8]) - 1] = 8
-    else:
-        routing[int(mask[0]), routing[int(mask[0])].argmax()] = 3
+    routing, mask = moe.route(3, 8, 2, gen)
+    moe.spoil(routing, mask, spoil, entry=-1)
     qx, sx = ref.quantize(testing.randn((3, 2, 128) if w2 else (3, 128), torch.float32, gen), 128, pow2=False)
     qw, sw = ref.quantize(testing.randn((8, 16, 128), torch.float32, gen), 128, pow2=False)
     pk = PersistentKernel(**testing.cpu_config(jitter_seed=1))
@@ -141,8 +132,7 @@ def bad_routing_is_named(spoil: str, message: str, tmp_path, w2=False):
     pk.finalize()
 
 
-BAD_ROUTING = [("count", "moe_mask\\[num_experts\\]"), ("expert", "names an expert outside"),
-               ("slot", "moe_routing_indices entry is outside")]
+BAD_ROUTING = moe.BAD_ROUTING
 
 
 @pytest.mark.parametrize("spoil,message", BAD_ROUTING, ids=[b[0] for b in BAD_ROUTING])

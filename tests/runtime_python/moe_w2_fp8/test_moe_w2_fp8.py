@@ -59,7 +59,7 @@ def test_moe_w2_fp8_negative_controls(old, new, error, what, tmp_path):
     w13.negative_control(tmp_path, old, new, error, w2=True, reference=ref)
 
 
-@pytest.mark.parametrize("which,message", w13.BAD, ids=[b[0] for b in w13.BAD])
+@pytest.mark.parametrize("which,message", w13.moe.BAD_ROUTING, ids=[b[0] for b in w13.moe.BAD_ROUTING])
 def test_moe_w2_fp8_bad_routing_fails_the_task(which, message):
     w13.bad_routing_fails(which, message, w2=True, reference=ref)
 
