@@ -8,7 +8,16 @@ MPK's reading of a float32 scale: its exponent; from torch.frexp here, not from 
 the inputs the tests feed (e4m3 codes of random data and their block scales, power-of-two or amax / 448).
 torch only.
 """
+import importlib.util
+import os
+
 import torch
+
+_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "moe_w13_linear",
+                     "pytorch_reference.py")
+_spec = importlib.util.spec_from_file_location("_moe_linear_reference_for_fp8", _path)
+_experts = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_experts)
 
 
 def pow2_floor(s: torch.Tensor) -> torch.Tensor:
@@ -40,19 +49,10 @@ def quantize(x: torch.Tensor, group: int, pow2: bool):
 
 def moe_linear(x: torch.Tensor, w: torch.Tensor, routing: torch.Tensor, topk: int):
     """y [B, topk, N] float64 and claimed [B, topk]: y[t, slot] = x[t] @ w[e]^T (x [B, K]) or x[t, slot] @
-    w[e]^T (x [B, topk, K]) for every routing[e, t] = slot + 1; float64 operands."""
-    batch, n = x.shape[0], w.shape[1]
-    y = torch.zeros(batch, topk, n, dtype=torch.float64)
-    claimed = torch.zeros(batch, topk, dtype=torch.bool)
-    for e in range(w.shape[0]):
-        tokens = (routing[e] > 0).nonzero().flatten()
-        if tokens.numel() == 0:
-            continue
-        slots = routing[e, tokens].long() - 1
-        rows = x[tokens] if x.dim() == 2 else x[tokens, slots]
-        y[tokens, slots] = rows.double() @ w[e].double().T
-        claimed[tokens, slots] = True
-    return y, claimed
+    w[e]^T (x [B, topk, K]) for every routing[e, t] = slot + 1: the bf16/fp32 expert linears' reference
+    (tests/runtime_python/moe_w13_linear/pytorch_reference.py, a loop over the experts with masks) on the
+    dequantized operands."""
+    return _experts.moe_w13_linear(x, w, routing, topk) if x.dim() == 2 else _experts.per_slot(x, w, routing)
 
 
 def moe_w13_fp8(qx, sx, qw, sw, routing, topk: int):
