@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import os
 
-from .mpk.dtypes import bfloat16, float16, float32, int32, int64
+from .mpk.dtypes import bfloat16, float8_e4m3, float16, float32, int32, int64, uint32
 
 __version__ = "0.1.0"
-__all__ = ["get_configurations_from_gpu", "bfloat16", "float16", "float32", "int32", "int64", "__version__"]
+__all__ = ["get_configurations_from_gpu", "bfloat16", "float16", "float32", "float8_e4m3", "int32", "int64",
+           "uint32", "__version__"]
 
 
 def get_configurations_from_gpu(rank: int = 0) -> tuple[int, int]:

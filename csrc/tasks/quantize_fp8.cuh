@@ -7,7 +7,8 @@
 // (per_token_group_quantize_fp8.cuh) computes the same; it takes its row from blockIdx.x, the worker's
 // index in a persistent kernel, where this kernel takes its rows from the task's tiles.
 // Shapes: in(0) x [rows, K] or [bt, kt, K] (leading dims packed: the layer splits dim 0 only), out(0) q
-//         like x (fp8_e4m3_t), out(1) s [..., K / G] float; each with its own strides.
+//         like x (fp8_e4m3_t), out(1) s [..., K / G] float, or with UE8M0 (iparam 1; quantize_fp8_ue8m0_rows
+//         below) the whole [ceil(K / G / 4), aligned rows] uint32; each with its own strides.
 // Threads: one warp per (row, group), warps of the block take them in turn; lane l holds elements
 //   l, l + 32, ... of its group (G / 32 of them: 2 or 4), warp_max (common.cuh) gives every lane the
 //   group's amax. No shared memory, no barriers.
@@ -27,7 +28,7 @@ __device__ void quantize_fp8_rows(const T* x, const Tile2D& xt, fp8_e4m3_t* q, c
                                   const Tile2D& st, int group) {
     const int lane = static_cast<int>(threadIdx.x % 32), warps = static_cast<int>(blockDim.x / 32);
     const int per_lane = group / 32;
-    if (group % 32 || per_lane < 1 || per_lane > 4) task_fail("quantize_fp8: group_size must be 32, 64, 96 or 128");
+    if (group != 64 && group != 128) task_fail("quantize_fp8: group_size must be 64 or 128");
     const int64_t groups = st.cols;
     for (int64_t w = threadIdx.x / 32; w < xt.rows * groups; w += warps) {   // warp-uniform
         const int64_t r = w / groups, c0 = (w % groups) * group;
@@ -52,11 +53,66 @@ __device__ void quantize_fp8_rows(const T* x, const Tile2D& xt, fp8_e4m3_t* q, c
     }
 }
 
+// UE8M0 (MPK's quantize_fp8_sm100): per (row, block), code c = ceil(log2(s)) + 127 for s = max(amax,
+// 1e-10) / 448 in fp32, read from s's bits (exponent field + 1 unless the mantissa is 0: exact, where
+// MPK's ceilf(log2f(s)) may land one low just above a power of two), clamped to [0, 255]; the codes use
+// the power of two 2^(c - 127) (an exact division); four blocks' codes per uint32, block 4p + i in byte i
+// of word p, written by lane 0 of the warp that took (row, p) at column first_row + row of s
+// ([packed_k, aligned_rows], the whole tensor in every task: its rows' columns are the task's part).
+MPK_DEVICE MPK_INLINE unsigned ue8m0_code(float s) {
+    const unsigned bits = __float_as_uint(s);
+    const unsigned c = ((bits >> 23) & 0xFFu) + ((bits & 0x7FFFFFu) != 0u ? 1u : 0u);
+    return c > 255u ? 255u : c;
+}
+
+template <typename T>
+__device__ void quantize_fp8_ue8m0_rows(const T* x, const Tile2D& xt, fp8_e4m3_t* q, const Tile2D& qt,
+                                        uint32_t* s, const Tile2D& st, int group, int64_t first_row) {
+    const int lane = static_cast<int>(threadIdx.x % 32), warps = static_cast<int>(blockDim.x / 32);
+    const int per_lane = group / 32;
+    if (group != 64 && group != 128) task_fail("quantize_fp8: group_size must be 64 or 128");
+    const int64_t groups = xt.cols / group, words = (groups + 3) / 4;
+    if (words != st.rows || first_row < 0 || first_row + xt.rows > st.cols)
+        task_fail("quantize_fp8: the UE8M0 scales are not [ceil(K / group / 4), aligned rows] for this task's rows");
+    for (int64_t w = threadIdx.x / 32; w < xt.rows * words; w += warps) {   // warp-uniform
+        const int64_t r = w / words, p = w % words;
+        uint32_t word = 0;
+        for (int64_t g = 4 * p; g < 4 * p + 4 && g < groups; ++g) {
+            const int64_t c0 = g * group;
+            float v[4];
+            float amax = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {   // constant trip count, guarded: v stays in registers
+                v[i] = i < per_lane ? to_float(x[r * xt.row_stride + (c0 + lane + 32 * i) * xt.col_stride]) : 0.0f;
+                amax = fmaxf(amax, fabsf(v[i]));
+            }
+            const unsigned code = ue8m0_code(fmaxf(warp_max(amax), 1e-10f) / kFp8Max);
+            const float scale = code == 0u ? __uint_as_float(0x00400000u) : __uint_as_float(code << 23);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                if (i >= per_lane) break;
+                const float y = v[i] / scale;
+                q[r * qt.row_stride + (c0 + lane + 32 * i) * qt.col_stride] =
+                    from_float<fp8_e4m3_t>(y < -kFp8Max ? -kFp8Max : (y > kFp8Max ? kFp8Max : y));
+            }
+            word |= static_cast<uint32_t>(code) << (8 * (g - 4 * p));
+        }
+        if (lane == 0) s[p * st.row_stride + (first_row + r) * st.col_stride] = word;
+    }
+}
+
 // ---- dispatch
+// iparams (group_size, ue8m0, first_row): ue8m0 1 writes packed UE8M0 codes (first_row: the task's first
+// flattened row, its column in the scales), 0 float32 scales
 template <typename T>
 __device__ void quantize_fp8_task(const TaskView& v) {
-    quantize_fp8_rows<T>(v.in<const T>(0), tile2d(v.in_tile(0)), v.out<fp8_e4m3_t>(0), tile2d(v.out_tile(0)),
-                         v.out<float>(1), tile2d(v.out_tile(1)), static_cast<int>(v.iparam(0)));
+    if (v.iparam(1))
+        quantize_fp8_ue8m0_rows<T>(v.in<const T>(0), tile2d(v.in_tile(0)), v.out<fp8_e4m3_t>(0),
+                                   tile2d(v.out_tile(0)), v.out<uint32_t>(1), tile2d(v.out_tile(1)),
+                                   static_cast<int>(v.iparam(0)), v.iparam(2));
+    else
+        quantize_fp8_rows<T>(v.in<const T>(0), tile2d(v.in_tile(0)), v.out<fp8_e4m3_t>(0), tile2d(v.out_tile(0)),
+                             v.out<float>(1), tile2d(v.out_tile(1)), static_cast<int>(v.iparam(0)));
 }
 
 }  // namespace mpk

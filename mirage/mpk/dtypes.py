@@ -30,8 +30,10 @@ float32 = DType("float32", torch.float32, "float", 4, 2.0**-24)
 float8_e4m3 = DType("float8_e4m3", torch.float8_e4m3fn, "mpk::fp8_e4m3_t", 1, 2.0**-4)
 int32 = DType("int32", torch.int32, "int32_t", 4, 0.0)
 int64 = DType("int64", torch.int64, "int64_t", 8, 0.0)
+# four UE8M0 block scales (exponent bytes) packed per word: quantize_fp8_layer(scale_ue8m0=True), linear_fp8
+uint32 = DType("uint32", torch.uint32, "uint32_t", 4, 0.0)
 
-ALL = (bfloat16, float16, float32, float8_e4m3, int32, int64)
+ALL = (bfloat16, float16, float32, float8_e4m3, int32, int64, uint32)
 FLOATS = (bfloat16, float16, float32)     # what every float layer's kernel is instantiated for
 _BY_TORCH = {d.torch: d for d in ALL}
 _BY_NAME = {d.name: d for d in ALL}

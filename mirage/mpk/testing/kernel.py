@@ -213,9 +213,10 @@ class _Harness:
         for t, b, (reads, writable) in zip(self.table, self.buffers, self.footprint(task)):
             slots = torch.full((b.span,), POISONS[k][b.itemsize], dtype=_INT[b.itemsize],
                                device=b.slots.device)
-            view = slots.view(t.data.dtype).as_strided(b.shape, b.strides, b.lead)
+            # as integers: a bit copy, and torch indexes every integer type (not uint32 and others)
+            view, data = slots.as_strided(b.shape, b.strides, b.lead), t.data.view(_INT[b.itemsize])
             for part in reads:
-                view[part] = t.data[part]
+                view[part] = data[part]
             images.append(_Image(slots, RED_FILL[k], writable))
         return images
 
@@ -526,17 +527,18 @@ def _collect(h: _Harness, layer: Layer, tasks: list[Task], results: dict, dts: d
         i = h.table.index(t)
         b = h.buffers[i]
         out = torch.empty(b.shape, dtype=t.data.dtype, device=t.data.device)
-        out.view(_INT[b.itemsize]).fill_(POISONS[0][b.itemsize])
+        bits = out.view(_INT[b.itemsize])            # (integer views: bit copies any dtype can take)
+        bits.fill_(POISONS[0][b.itemsize])
         cover = torch.zeros(b.shape, dtype=torch.bool, device=t.data.device)
         for task in tasks:
-            got = results[task.id][i].view(t.data.dtype).as_strided(b.shape, b.strides, b.lead)
+            got = results[task.id][i].as_strided(b.shape, b.strides, b.lead)
             for tile in task.outputs:
                 if tile.declared and tile.tensor is t:
                     part = h.part(task, tile)
-                    out[part] = got[part]
+                    bits[part] = got[part]
                     cover[part] = True
         if t.kind == ATTACHED:
-            dts[t.name].data[cover] = out[cover]
+            dts[t.name].data.view(_INT[b.itemsize])[cover] = bits[cover]
         outputs[t.name], covered[t.name] = out, cover
     return KernelRun(layer, tasks, outputs, covered, h)
 

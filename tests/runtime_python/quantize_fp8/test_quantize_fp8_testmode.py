@@ -2,7 +2,8 @@
 
 Codes within half an e4m3 ulp of the unrounded quotients (tol_elementwise(float8_e4m3)), scales within
 fp32's rounding of amax / 448 (pytorch_reference.py); both group sizes, 2-D and 3-D inputs, and MPK's
-DeepSeek-V3 activation row (K = 7168, group 128, one task per row as MPK's builder splits it).
+DeepSeek-V3 activation row (K = 7168, group 128, one task per row as MPK's builder splits it); and the
+UE8M0 scales (scale_ue8m0=True): the packed words exactly, the padding columns unwritten.
 Run: python tests/runtime_python/quantize_fp8/test_quantize_fp8_testmode.py
      python -m pytest tests/runtime_python/quantize_fp8/test_quantize_fp8_testmode.py
      mpirun -n 4 python tests/runtime_python/quantize_fp8/test_quantize_fp8_testmode.py
@@ -61,11 +62,38 @@ def test_quantize_fp8_3d():
     run_case(torch.bfloat16, 6, 256, 3, jitter=2, topk=4)
 
 
+@pytest.mark.parametrize("rows,cols,grid", [(5, 640, 5), (6, 384, 3), (16, 7168, 16)])
+def test_quantize_fp8_ue8m0(rows, cols, grid):
+    """scale_ue8m0=True (MPK's default, what linear_fp8 takes): the packed words exactly in every row's
+    column (the padding columns no task writes keep test mode's poison), the codes within half an e4m3 ulp
+    of x / 2^ceil(log2 s); 5 rows: 3 padding columns; 640 columns: a word with one code."""
+    from mirage.mpk.layers.quantize_fp8 import packed_scale_shape
+    from mirage.mpk.written import SENTINEL
+    group = GROUPS.get((rows, cols, grid), 128)
+    x = testing.randn((rows, cols), torch.bfloat16, testing.generator(offset=rows * 1000 + cols + 1))
+    q = torch.zeros(rows, cols, dtype=torch.float8_e4m3fn)
+    s = torch.zeros(packed_scale_shape(rows, cols, group), dtype=torch.uint32)
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=rows))
+    t = [pk.attach_input(v, name=n) for v, n in ((x, "x"), (q, "q"), (s, "s"))]
+    pk.quantize_fp8_layer(input=t[0], output_fp8=t[1], output_scale=t[2], grid_dim=(grid, 1, 1),
+                          block_dim=(128, 1, 1), scale_ue8m0=True, group_size=group)
+    pk.compile()
+    pk()
+    pk.finalize()
+    codes, words, _ = ref.quantize_fp8_ue8m0(x, group)
+    name = f"quantize_fp8[ue8m0,bfloat16,{rows}x{cols},grid={grid},group={group}]"
+    testing.check_output(name + ".q", q, codes, testing.tol_elementwise(float8_e4m3), pk.layers[0].checks,
+                         pk=pk)
+    got = s.view(torch.int32).long() & 0xFFFFFFFF
+    testing.assert_equal(name + ".s words", got[:, :rows], words[:, :rows])
+    assert bool((s.view(torch.int32)[:, rows:] == SENTINEL[4]).all()), f"{name}: a padding column was written"
+
+
 def test_an_unwritten_code_is_named(tmp_path):
     """Negative control of the one-byte output poison (mirage/mpk/written.py: 0xFF, a NaN no conversion
     writes): a kernel whose lane 31 stores no code is an MPKUnwrittenError naming the tensor."""
-    with testing.mutated_kernel(tmp_path, "quantize_fp8.cuh", "            q[r * qt.row_stride",
-                                "            if (lane != 31) q[r * qt.row_stride"):
+    with testing.mutated_kernel(tmp_path, "quantize_fp8.cuh", "q[r * qt.row_stride",
+                                "if (lane != 31) q[r * qt.row_stride", count=2):   # both scale formats
         with pytest.raises(MPKUnwrittenError, match=r"quantize_fp8.*'q'") as e:
             run_case(torch.bfloat16, 6, 384, 3)
     testing.say(f"UNWRITTEN (must be raised) {' '.join(str(e.value).split())[:300]} PASS")
@@ -77,8 +105,11 @@ def test_bad_arguments_are_named():
     q = pk.attach_input(torch.zeros(4, 192, dtype=torch.float8_e4m3fn), name="q")
     s = pk.attach_input(torch.zeros(4, 3), name="s")
     call = dict(input=x, output_fp8=q, output_scale=s, grid_dim=(2, 1, 1), block_dim=(128, 1, 1))
-    with pytest.raises(NotImplementedError, match="scale_ue8m0=True"):
-        pk.quantize_fp8_layer(**call)
+    with pytest.raises(ValueError, match=r"'s' \(output_scale\) dim 0 is 4, expected 1 .* expected \(1, 4\)"):
+        pk.quantize_fp8_layer(**call, group_size=64)        # UE8M0: [packed_k, aligned rows] words
+    w = pk.attach_input(torch.zeros(1, 4), name="w")
+    with pytest.raises(ValueError, match="'w' .output_scale. has dtype float32, expected uint32"):
+        pk.quantize_fp8_layer(**{**call, "output_scale": w}, group_size=64)
     with pytest.raises(ValueError, match="multiple of group_size 128"):
         pk.quantize_fp8_layer(**call, scale_ue8m0=False)
     with pytest.raises(ValueError, match=r"group_size must be one of \(64, 128\)"):
