@@ -6,10 +6,8 @@
 // 64 (this project's extension, as quantize_fp8's); E(s) the exponent field of the float32
 // scale (its UE8M0 code minus 127): the scales count as the powers of two MPK's fp8_group_gemm_sm100.cuh
 // makes of them ((bits >> 23) & 0xFF) for its block-scaled MMA; code 0 is 2^-127, code 255 NaN (UE8M0's).
-// Exactness: a product of two e4m3 values (4-bit significands) is exact in fp32, and so is a multiply by
-// a power of two (until the product underflows below 2^-126, which normal data does not reach); so the
-// only roundings are the fp32 additions (K / 32 per lane over its blocks, 31 across lanes) and the one
-// rounding to T: the budget of linear.cuh, (K + 1) u_fp32 sum |x~ w~| + u_T |y| with x~ = q 2^E(s).
+// The dot product and its exactness (exact products, fp32 sums only: linear.cuh's budget on the
+// dequantized operands): fp8_dot.cuh's fp8::block_dot.
 // CUDA device code for both backends (runtime/simt.h).
 //
 // Shapes (tiles, any strides):
@@ -21,37 +19,25 @@
 // Experts and bad routing: moe_w13_linear.cuh's moe_detail::for_each_routed (MPK's activated-expert loop;
 // a bad mask count, expert id or routing entry fails the task before the access it would index).
 // Threads: per routed (expert, token), warp w of the block computes columns w, w + warps, ... (a warp per
-// output); lane l takes k = G g + l + 32 i, i < G / 32, of every block g (a warp reads 32 consecutive
-// codes per step), sums its G / 32 products, multiplies by the block's scale product and adds it to its
-// accumulator; warp_sum (common.cuh) adds the 32 lanes, lane 0 rounds once and stores. No shared memory,
-// no block barrier. Summation order: depends on K only (not on the split, the block size or the thread
-// order). Not here (future variants): the tensor-core block-scaled MMA, 16-byte loads of the codes.
+// output: fp8::block_dot), lane 0 rounds once and stores. No shared memory, no block barrier. Summation
+// order: depends on K and G only (not on the split, the block size or the thread order). Not here
+// (future variants): the tensor-core block-scaled MMA, 16-byte loads of the codes.
 // Test: tests/runtime_python/moe_w13_fp8/, tests/runtime_python/moe_w2_fp8/
 // Run:  python -m pytest tests/runtime_python/moe_w13_fp8/ tests/runtime_python/moe_w2_fp8/
 #pragma once
+#include "fp8_dot.cuh"
 #include "moe_w13_linear.cuh"
 
 namespace mpk {
 
 // ---- kernel
-namespace moe_fp8_detail {
-
-// A float32 scale as the block-scaled MMA reads it: 2^(exponent field - 127), UE8M0's decoding.
-MPK_DEVICE MPK_INLINE float ue8m0(float scale) {
-    const unsigned code = (__float_as_uint(scale) >> 23) & 0xFFu;
-    if (code == 0xFFu) return __uint_as_float(0x7FC00000u);       // UE8M0 0xFF: NaN
-    return code == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(code << 23);   // 2^-127: subnormal
-}
-
-}  // namespace moe_fp8_detail
-
 template <typename T, bool W2>
 MPK_DEVICE void moe_fp8_tile(const TaskView& v) {
-    using moe_fp8_detail::ue8m0;
+    using fp8::ue8m0;
     const MpkTile &xt = v.in_tile(0), &xst = v.in_tile(1), &wt = v.in_tile(2), &wst = v.in_tile(3);
     const MpkTile& yt = v.out_tile(0);
     const int64_t num_experts = wt.dims[0], n = wt.dims[1], groups = xst.dims[xst.ndim - 1];
-    const int64_t group = groups > 0 ? wt.dims[2] / groups : 0, per_lane = group / 32;
+    const int64_t group = groups > 0 ? wt.dims[2] / groups : 0;
     if ((group != 64 && group != 128) || group * groups != wt.dims[2] || wst.dims[2] != groups)
         task_fail("moe fp8: the scales' blocks are not 64 or 128 codes of K, or input and weight scales disagree");
     const fp8_e4m3_t* x = v.in<const fp8_e4m3_t>(0);
@@ -71,19 +57,9 @@ MPK_DEVICE void moe_fp8_tile(const TaskView& v) {
         for (int64_t j = warp; j < n; j += warps) {         // warp-uniform
             const fp8_e4m3_t* wr = w + e * wt.strides[0] + j * wt.strides[1];
             const float* wsr = ws + e * wst.strides[0] + j * wst.strides[1];
-            float acc = 0.0f;
-            for (int64_t g = 0; g < groups; ++g) {
-                float p = 0.0f;
-                // a constant trip count, guarded (quantize_fp8.cuh: no run-time-indexed local array)
-                MPK_UNROLL
-                for (int i = 0; i < 4; ++i) {
-                    if (i >= per_lane) break;
-                    const int64_t k = g * group + lane + 32 * i;
-                    p += to_float(xr[k * x_col]) * to_float(wr[k * wt.strides[2]]);
-                }
-                acc += p * (ue8m0(xsr[g * xs_col]) * ue8m0(wsr[g * wst.strides[2]]));
-            }
-            const float sum = warp_sum(acc);
+            const float sum = fp8::block_dot(xr, x_col, wr, wt.strides[2], groups, group, [&](int64_t g) {
+                return ue8m0(xsr[g * xs_col]) * ue8m0(wsr[g * wst.strides[2]]);
+            });
             if (lane == 0) yr[j * yt.strides[2]] = from_float<T>(sum);
         }
     });

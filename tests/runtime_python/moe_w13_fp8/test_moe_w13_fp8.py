@@ -134,27 +134,29 @@ def test_moe_w13_fp8_kernel_strided(target_cc):
     run_kernel(torch.bfloat16, d, 2, (3, 3), None, target_cc, exact=False)
 
 
-CONTROLS = [
-    ("    return code == 0 ? __uint_as_float(0x00400000u) : __uint_as_float(code << 23);",
-     "    return code == 0 ? scale : scale;", AssertionError, "reads the float32 scales as they are"),
-    ("for (int64_t g = 0; g < groups; ++g)", "for (int64_t g = 0; g + 1 < groups; ++g)", AssertionError,
-     "drops the last block"),
-    ("wsr = ws + e * wst.strides[0]", "wsr = ws", testing.MPKFootprintError,
+CONTROLS = [   # (file, old, new, the error, what)
+    ("fp8_dot.cuh", "{ return ue8m0_value((__float_as_uint(scale) >> 23) & 0xFFu); }", "{ return scale; }",
+     AssertionError, "reads the float32 scales as they are"),
+    ("fp8_dot.cuh", "for (int64_t g = 0; g < groups; ++g)", "for (int64_t g = 0; g + 1 < groups; ++g)",
+     AssertionError, "drops the last block"),
+    ("moe_w13_fp8.cuh", "wsr = ws + e * wst.strides[0]", "wsr = ws", testing.MPKFootprintError,
      "reads expert 0's weight scales"),
 ]
 
 
-def negative_control(tmp_path, old, new, error, w2=False, reference=ref):
-    """The kernel with `old` replaced by `new` fails (error) on inputs the right kernel passes."""
+def negative_control(tmp_path, kernel, old, new, error, w2=False, reference=ref):
+    """The kernel with `old` replaced by `new` in csrc/tasks/`kernel` fails (error) on inputs the right
+    kernel passes."""
     d = inputs(6, 256, 40, 8, 2, "topk", 128, w2=w2, pow2_input=False, reference=reference)
-    with testing.mutated_kernel(tmp_path, "moe_w13_fp8.cuh", old, new):
+    with testing.mutated_kernel(tmp_path, kernel, old, new):
         with pytest.raises(error):
             run_kernel(torch.float32, d, 2, (5, 3), None, 80, w2=w2, exact=False, reference=reference)
 
 
-@pytest.mark.parametrize("old,new,error,what", CONTROLS, ids=[c[3].replace(" ", "_") for c in CONTROLS])
-def test_moe_w13_fp8_negative_controls(old, new, error, what, tmp_path):
-    negative_control(tmp_path, old, new, error)
+@pytest.mark.parametrize("kernel,old,new,error,what", CONTROLS,
+                         ids=[c[4].replace(" ", "_") for c in CONTROLS])
+def test_moe_w13_fp8_negative_controls(kernel, old, new, error, what, tmp_path):
+    negative_control(tmp_path, kernel, old, new, error)
 
 
 def bad_routing_fails(which, message, w2=False, reference=ref):

@@ -49,14 +49,15 @@ def test_moe_w2_fp8_kernel_strided(target_cc):
 
 def test_moe_w2_fp8_a_kernel_reading_the_tokens_row_for_every_slot_fails(tmp_path):
     """Negative control of the w2 entry point: the input row (and its scales) of slot 0 for every slot."""
-    w13.negative_control(tmp_path, "x_slot = W2 ? xt.strides[1] : 0, xs_slot = W2 ? xst.strides[1] : 0;",
-                         "x_slot = 0, xs_slot = 0;", AssertionError, w2=True, reference=ref)
+    w13.negative_control(tmp_path, "moe_w13_fp8.cuh", "x_slot = W2 ? xt.strides[1] : 0, xs_slot = W2 ? "
+                         "xst.strides[1] : 0;", "x_slot = 0, xs_slot = 0;", AssertionError, w2=True,
+                         reference=ref)
 
 
-@pytest.mark.parametrize("old,new,error,what", w13.CONTROLS,
-                         ids=[c[3].replace(" ", "_") for c in w13.CONTROLS])
-def test_moe_w2_fp8_negative_controls(old, new, error, what, tmp_path):
-    w13.negative_control(tmp_path, old, new, error, w2=True, reference=ref)
+@pytest.mark.parametrize("kernel,old,new,error,what", w13.CONTROLS,
+                         ids=[c[4].replace(" ", "_") for c in w13.CONTROLS])
+def test_moe_w2_fp8_negative_controls(kernel, old, new, error, what, tmp_path):
+    w13.negative_control(tmp_path, kernel, old, new, error, w2=True, reference=ref)
 
 
 @pytest.mark.parametrize("which,message", w13.moe.BAD_ROUTING, ids=[b[0] for b in w13.moe.BAD_ROUTING])
