@@ -121,5 +121,6 @@ def _rms_line(c: Comparison) -> str:
 
 def digest(t: torch.Tensor) -> str:
     """A short sha256 of a tensor's bytes (bit-identity across ranks); needs no numpy."""
-    raw = bytes(t.detach().cpu().contiguous().view(torch.uint8).flatten().tolist())
+    # (reshape first: a "contiguous" tensor with a size-1 dim may keep a stride torch's byte view refuses)
+    raw = bytes(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).tolist())
     return hashlib.sha256(raw).hexdigest()[:16]
