@@ -16,39 +16,50 @@
 //       tests/runtime_python/quantize_fp8/test_quantize_fp8_testmode.py (in a graph)
 // Run:  python -m pytest tests/runtime_python/quantize_fp8/
 #pragma once
-#include "common.cuh"
+#include "fp8_dot.cuh"     // fp8::ue8m0_value
 
 namespace mpk {
 
 constexpr float kFp8Max = 448.0f;        // e4m3's largest finite value
 
 // ---- kernel
+// One warp quantizes the block of row r starting at column c0: lane l takes elements l, l + 32, ... (G / 32
+// of them), warp_max gives every lane the block's amax, scale_of(max(amax, 1e-10) / 448) the scale the
+// codes divide by (and report). Returns that scale.
+template <typename T, typename F>
+MPK_DEVICE MPK_INLINE float quantize_block(const T* x, const Tile2D& xt, fp8_e4m3_t* q, const Tile2D& qt, int64_t r,
+                                           int64_t c0, int per_lane, const F& scale_of) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    float v[4];
+    float amax = 0.0f;
+    // a constant trip count, guarded: v stays in registers (a loop to per_lane indexed it at run
+    // time, a 32-byte stack frame on every architecture; tests/unit/test_nvcc.py)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        v[i] = i < per_lane ? to_float(x[r * xt.row_stride + (c0 + lane + 32 * i) * xt.col_stride]) : 0.0f;
+        amax = fmaxf(amax, fabsf(v[i]));
+    }
+    const float scale = scale_of(fmaxf(warp_max(amax), 1e-10f) / kFp8Max);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        if (i >= per_lane) break;
+        const float y = v[i] / scale;
+        q[r * qt.row_stride + (c0 + lane + 32 * i) * qt.col_stride] =
+            from_float<fp8_e4m3_t>(y < -kFp8Max ? -kFp8Max : (y > kFp8Max ? kFp8Max : y));
+    }
+    return scale;
+}
+
 template <typename T>
 __device__ void quantize_fp8_rows(const T* x, const Tile2D& xt, fp8_e4m3_t* q, const Tile2D& qt, float* s,
                                   const Tile2D& st, int group) {
     const int lane = static_cast<int>(threadIdx.x % 32), warps = static_cast<int>(blockDim.x / 32);
-    const int per_lane = group / 32;
     if (group != 64 && group != 128) task_fail("quantize_fp8: group_size must be 64 or 128");
     const int64_t groups = st.cols;
     for (int64_t w = threadIdx.x / 32; w < xt.rows * groups; w += warps) {   // warp-uniform
-        const int64_t r = w / groups, c0 = (w % groups) * group;
-        float v[4];
-        float amax = 0.0f;
-        // a constant trip count, guarded: v stays in registers (a loop to per_lane indexed it at run
-        // time, a 32-byte stack frame on every architecture; tests/unit/test_nvcc.py)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            v[i] = i < per_lane ? to_float(x[r * xt.row_stride + (c0 + lane + 32 * i) * xt.col_stride]) : 0.0f;
-            amax = fmaxf(amax, fabsf(v[i]));
-        }
-        const float scale = fmaxf(warp_max(amax), 1e-10f) / kFp8Max;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            if (i >= per_lane) break;
-            const float y = v[i] / scale;
-            q[r * qt.row_stride + (c0 + lane + 32 * i) * qt.col_stride] =
-                from_float<fp8_e4m3_t>(y < -kFp8Max ? -kFp8Max : (y > kFp8Max ? kFp8Max : y));
-        }
+        const int64_t r = w / groups;
+        const float scale = quantize_block(x, xt, q, qt, r, (w % groups) * group, group / 32,
+                                           [](float exact) { return exact; });
         if (lane == 0) s[r * st.row_stride + (w % groups) * st.col_stride] = scale;
     }
 }
@@ -69,7 +80,6 @@ template <typename T>
 __device__ void quantize_fp8_ue8m0_rows(const T* x, const Tile2D& xt, fp8_e4m3_t* q, const Tile2D& qt,
                                         uint32_t* s, const Tile2D& st, int group, int64_t first_row) {
     const int lane = static_cast<int>(threadIdx.x % 32), warps = static_cast<int>(blockDim.x / 32);
-    const int per_lane = group / 32;
     if (group != 64 && group != 128) task_fail("quantize_fp8: group_size must be 64 or 128");
     const int64_t groups = xt.cols / group, words = (groups + 3) / 4;
     if (words != st.rows || first_row < 0 || first_row + xt.rows > st.cols)
@@ -78,23 +88,11 @@ __device__ void quantize_fp8_ue8m0_rows(const T* x, const Tile2D& xt, fp8_e4m3_t
         const int64_t r = w / words, p = w % words;
         uint32_t word = 0;
         for (int64_t g = 4 * p; g < 4 * p + 4 && g < groups; ++g) {
-            const int64_t c0 = g * group;
-            float v[4];
-            float amax = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {   // constant trip count, guarded: v stays in registers
-                v[i] = i < per_lane ? to_float(x[r * xt.row_stride + (c0 + lane + 32 * i) * xt.col_stride]) : 0.0f;
-                amax = fmaxf(amax, fabsf(v[i]));
-            }
-            const unsigned code = ue8m0_code(fmaxf(warp_max(amax), 1e-10f) / kFp8Max);
-            const float scale = code == 0u ? __uint_as_float(0x00400000u) : __uint_as_float(code << 23);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                if (i >= per_lane) break;
-                const float y = v[i] / scale;
-                q[r * qt.row_stride + (c0 + lane + 32 * i) * qt.col_stride] =
-                    from_float<fp8_e4m3_t>(y < -kFp8Max ? -kFp8Max : (y > kFp8Max ? kFp8Max : y));
-            }
+            unsigned code = 0;
+            quantize_block(x, xt, q, qt, r, g * group, group / 32, [&](float exact) {
+                code = ue8m0_code(exact);
+                return fp8::ue8m0_value(code);
+            });
             word |= static_cast<uint32_t>(code) << (8 * (g - 4 * p));
         }
         if (lane == 0) s[p * st.row_stride + (first_row + r) * st.col_stride] = word;

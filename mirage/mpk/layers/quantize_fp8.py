@@ -58,17 +58,16 @@ def quantize_fp8_layer(pk, name: str, input, output_fp8, output_scale, grid_dim,
                          f"(rows_split, 1, 1); got {grid}")
     split_rows = (0, NOT_SPLIT, NOT_SPLIT)       # grid.x splits dim 0 of every tensor (UE8M0: not the scales)
     inputs = [Access("input", x, split_rows)]
-    outputs = [Access("output_fp8", q, split_rows)]
+    # UE8M0: every task's words are its rows' columns of the one [packed_k, aligned_rows] tensor (the
+    # padding columns no task writes); tasks share it, each writing its part (Layer.live)
+    scales = Access("output_scale", s, shared=BY_REQUEST) if scale_ue8m0 else \
+        Access("output_scale", s, split_rows)
+    outputs = [Access("output_fp8", q, split_rows), scales]
     check_splits(name, grid, inputs, outputs)
     per_task = rows // grid[0]                   # flattened rows per task (grid.x divides dim 0)
     if not scale_ue8m0:
-        outputs.append(Access("output_scale", s, split_rows))
-        check_splits(name, grid, inputs, outputs)
         return Layer(name, "quantize_fp8", grid, inputs, outputs, (x.dtype,), iparams=(group_size, 0, 0),
                      checks=(FINITE, NONZERO), params={"group_size": group_size, "scale_ue8m0": False})
-    # UE8M0: every task's words are its rows' columns of the one [packed_k, aligned_rows] tensor (the
-    # padding columns no task writes); tasks share it, each writing its part (Layer.live)
-    outputs.append(Access("output_scale", s, shared=BY_REQUEST))
 
     def live(meta: dict, coord) -> dict:
         cols = torch.zeros(s.dims, dtype=torch.bool)

@@ -93,7 +93,7 @@ def test_an_unwritten_code_is_named(tmp_path):
     """Negative control of the one-byte output poison (mirage/mpk/written.py: 0xFF, a NaN no conversion
     writes): a kernel whose lane 31 stores no code is an MPKUnwrittenError naming the tensor."""
     with testing.mutated_kernel(tmp_path, "quantize_fp8.cuh", "q[r * qt.row_stride",
-                                "if (lane != 31) q[r * qt.row_stride", count=2):   # both scale formats
+                                "if (lane != 31) q[r * qt.row_stride"):   # quantize_block: both formats
         with pytest.raises(MPKUnwrittenError, match=r"quantize_fp8.*'q'") as e:
             run_case(torch.bfloat16, 6, 384, 3)
     testing.say(f"UNWRITTEN (must be raised) {' '.join(str(e.value).split())[:300]} PASS")
