@@ -80,6 +80,10 @@ class Layer:
     # (qo_indptr_buffer, paged_kv_*_buffer, num_new_tokens), which a test-mode pass leaves as its tasks
     # saw it.
     live: Callable[[dict, tuple[int, int, int]], dict] | None = None
+    # Float32 input roles the kernel reads as UE8M0, by their exponent field alone (MPK's block-scaled fp8
+    # GEMMs): a scale that is not a power of two counts as the power of two below it. The evidence line of
+    # every output computed from this layer says how many were not, and by how much (testing.ue8m0_note).
+    ue8m0_scales: tuple[str, ...] = ()
 
     @property
     def cpp_function(self) -> str:

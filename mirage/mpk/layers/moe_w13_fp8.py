@@ -25,10 +25,13 @@ from .moe_w13_linear import moe_linear_parts
 TASK_TYPE = 248          # MPK's TASK_MOE_W13_FP8_SM100 (runtime_header.h)
 # Tensor parallelism (mirage.mpk.testing.TP_KINDS): column-parallel, as moe_w13_linear.
 TP = "column"
+# Both scales are read as UE8M0 (module doc): the evidence line of an output says when they are not powers of
+# two (Layer.ue8m0_scales).
+UE8M0_SCALES = ("input_scale", "weight_scale")
 
 
 def moe_w13_fp8_layer(pk, name: str, input_fp8, input_scale, weight_fp8, weight_scale, moe_routing_indices,
                       moe_mask, output, grid_dim, block_dim) -> Layer:
     parts = moe_linear_parts(name, input_fp8, weight_fp8, moe_routing_indices, moe_mask, output, grid_dim,
                              block_dim, w2=False, input_scale=input_scale, weight_scale=weight_scale)
-    return Layer(name, "moe_w13_fp8", **parts)
+    return Layer(name, "moe_w13_fp8", ue8m0_scales=UE8M0_SCALES, **parts)

@@ -10,6 +10,7 @@ kernel with the input row chosen by the slot). Grid and partition as moe_w2_line
 from __future__ import annotations
 
 from . import Layer
+from .moe_w13_fp8 import UE8M0_SCALES
 from .moe_w13_linear import moe_linear_parts
 
 TASK_TYPE = 249          # MPK's TASK_MOE_W2_FP8_SM100 (runtime_header.h)
@@ -22,4 +23,4 @@ def moe_w2_fp8_layer(pk, name: str, input_fp8, input_scale, weight_fp8, weight_s
                      moe_mask, output, grid_dim, block_dim) -> Layer:
     parts = moe_linear_parts(name, input_fp8, weight_fp8, moe_routing_indices, moe_mask, output, grid_dim,
                              block_dim, w2=True, input_scale=input_scale, weight_scale=weight_scale)
-    return Layer(name, "moe_w2_fp8", **parts)
+    return Layer(name, "moe_w2_fp8", ue8m0_scales=UE8M0_SCALES, **parts)

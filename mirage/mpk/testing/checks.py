@@ -6,7 +6,7 @@ from typing import Callable
 import torch
 
 from ..layers import DIFFERS_FROM_INPUT, FINITE, NONZERO
-from .diagnosis import _locate, _output_of, _serial_rerun, nan_note, tiling_warning
+from .diagnosis import _locate, _output_of, _serial_rerun, nan_note, tiling_warning, ue8m0_note
 from .evidence import RMS_LIMIT, _fmt_index, _rms_line, compare, evidence, say
 from .inputs import seed
 from .keep import keep_failure
@@ -33,7 +33,8 @@ def assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: T
             say(line)
             raise AssertionError(f"'{name}': the values for attribute '{attr}' do not match: {a} != {e}")
     c = compare(actual, expected, tol)
-    max_abs, worst = evidence(name, actual, expected, tol, c, tiling_warning(pk, actual) if pk else "")
+    max_abs, worst = evidence(name, actual, expected, tol, c, tiling_warning(pk, actual) if pk else "",
+                              ue8m0_note(pk, actual) if pk else "")
     if c.passed:
         return
     n_bad, shape, e64 = c.n_bad, tuple(actual.shape), expected.double()

@@ -2,6 +2,7 @@
 layer, degenerate tiling, and the serial re-run that tells a race from a math bug (docs/profiler.md)."""
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -68,7 +69,8 @@ def _diverging(pk, references: dict, tolerances: dict):
             if acc.written and name in references:
                 out = pk.get_tensor(name)
                 c = compare(out, references[name], tolerances[name])
-                evidence(f"{layer.name}.{name}", out, references[name], tolerances[name], c)
+                evidence(f"{layer.name}.{name}", out, references[name], tolerances[name], c,
+                         note=ue8m0_note(pk, out))
                 yield layer, k, name, c
 
 
@@ -180,6 +182,43 @@ def tiling_warning(pk, out: torch.Tensor) -> str:
     if layer.grid == (1, 1, 1) and (unsplit or all(g.grid == (1, 1, 1) for g in pk.layers)):
         return "grid (1,1,1): tiling not exercised"
     return f"grid ({grid}): '{acc.tensor.name}' {', '.join(unsplit)} never split" if unsplit else ""
+
+
+def _ue8m0_reading(s: torch.Tensor) -> torch.Tensor:
+    """The float32 scales as a UE8M0 reading sees them (csrc/tasks/fp8_dot.cuh ue8m0): 2^(E - 127) for
+    the exponent field E (E = 0: 2^-127), NaN for E = 255; float64."""
+    code = (s.float().contiguous().view(torch.int32) >> 23) & 0xFF
+    powers = torch.ldexp(torch.ones_like(code, dtype=torch.float64), code - 127)
+    return torch.where(code == 255, math.nan, powers)
+
+
+def ue8m0_note(pk, out: torch.Tensor | None = None, layers=None) -> str:
+    """What the scales read as UE8M0 (Layer.ue8m0_scales) did to `out`: for each layer of `layers`
+    (default: the layer of pk that wrote `out` and every earlier layer it reads from, transitively) given
+    scales that are not all powers of two, "layer 'L' 'sx' 40/48 (up to 1.87x), 'sw' 0/96 not powers of
+    two: values up to 1.87x = 2^0.904 small", from the scales' values now in pk; "" when none."""
+    if layers is None:
+        found = _output_of(pk, out)
+        layers, needed = [], set()
+        for layer in reversed(pk.layers[:pk.layers.index(found[0]) + 1] if found else []):
+            if layer is found[0] or any(storage(a.tensor) & needed for a in layer.outputs if a.written):
+                layers.append(layer)
+                needed |= {n for a in layer.inputs for n in storage(a.tensor)}
+    notes = []
+    for layer in (layer for layer in reversed(layers) if layer.ue8m0_scales):
+        parts, worst, odd = [], 1.0, 0
+        for a in (a for a in layer.inputs if a.role in layer.ue8m0_scales):
+            s = pk.get_tensor(a.tensor.name).detach().cpu()
+            factor = s.double() / _ue8m0_reading(s)     # the scale over its reading: in [1, 2) if normal
+            high = float(factor[factor > 1].max()) if bool((factor > 1).any()) else 1.0
+            worst, odd = worst * high, odd + int((~(factor >= 1)).sum())    # zero, negative, subnormal, NaN
+            parts.append(f"'{a.tensor.name}' {int((factor != 1).sum())}/{s.numel()}"
+                         + (f" (up to {high:.3g}x)" if high > 1 else ""))
+        if worst > 1 or odd:
+            odd_note = f", {odd} scale(s) zero, negative, subnormal or not finite" if odd else ""
+            notes.append(f"layer '{layer.name}' {', '.join(parts)} not powers of two: values up to "
+                         f"{worst:.3g}x = 2^{math.log2(worst):.3g} small{odd_note}")
+    return "scales read as UE8M0: " + "; ".join(notes) if notes else ""
 
 
 def _rerun_blocker(pk) -> str:

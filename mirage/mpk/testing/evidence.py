@@ -92,9 +92,10 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> Com
 
 
 def evidence(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance,
-             c: Comparison, warning: str = "") -> tuple[float, int]:
+             c: Comparison, warning: str = "", note: str = "") -> tuple[float, int]:
     """Print `EVIDENCE name dtype shape max_abs max_rel atol rtol worst_index rms_ratio PASS|FAIL`, with
-    `WARNING[...]` before the verdict when there is one (tiling_warning)."""
+    `WARNING[...]` (tiling_warning) and `NOTE[...]` (what the values went through that the reference
+    reproduces: diagnosis.ue8m0_note) before the verdict when there are some."""
     diff = c.diff
     rel = diff / expected.double().abs().clamp_min(torch.finfo(torch.float64).tiny)
     worst = int(diff.argmax()) if diff.numel() else 0
@@ -105,6 +106,7 @@ def evidence(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Toler
     say(f"EVIDENCE {name} {str(actual.dtype).replace('torch.', '')} {shape} max_abs={max_abs:.3e} "
         f"max_rel={max_rel:.3e} atol={atol_shown:.3e} rtol={tol.rtol:.3e} "
         f"worst_index={_fmt_index(worst, shape)} {c.rms_field()} {f'WARNING[{warning}] ' if warning else ''}"
+        f"{f'NOTE[{note}] ' if note else ''}"
         f"{'PASS' if c.passed else 'FAIL'}")
     return max_abs, worst
 

@@ -37,7 +37,7 @@ from ..graph import Task
 from ..layers import DEFAULT_CHECKS, NONZERO, Layer
 from ..tensor import ATTACHED, SHUFFLED, DTensor, check_name, shuffle_into
 from .checks import check_nonvacuous
-from .diagnosis import nan_note
+from .diagnosis import nan_note, ue8m0_note
 from .evidence import RMS_LIMIT, Comparison, _fmt_index, _rms, compare, evidence, say
 from .inputs import seed as test_seed
 from .keep import keep_failure
@@ -140,7 +140,7 @@ class KernelRun:
         c = _restrict(compare(actual, expected.to(actual.device), tol), cover)
         label = (f"{self.layer.name}.{name}[kernel,{len(self.tasks)} task(s),{self._harness.threads} threads"
                  f"{',' + against if against else ''}]")
-        evidence(label, actual, expected, tol, c)
+        evidence(label, actual, expected, tol, c, note=ue8m0_note(self._harness.pk, layers=[self.layer]))
         if not c.passed:
             raise AssertionError(self._mismatch(name, label, actual, expected, c, tol))
         same_shape = tuple(x[cover] for x in inputs if x.shape == actual.shape)

@@ -9,18 +9,22 @@ testing.MPKFootprintError naming its grid coordinate.
 Inputs: e4m3 codes of random data quantized per block (pytorch_reference.quantize): the activations with
 scale = amax / 448 (what quantize_fp8_layer(scale_ue8m0=False) writes, not powers of two: the kernel reads
 them as the power of two below, MPK's UE8M0 reading), the weights with power-of-two scales.
-Checks, for bf16, fp16 and fp32 outputs at 128 threads (target_cc 80) and 256 (90): every output against
-the float64 reference on the dequantized codes under testing.tol_linear (exact products, K fp32 sums:
+Checks, for bf16, fp16 and fp32 outputs at 128 threads (target_cc 80) and 256 (90): every output against the
+float64 reference on the dequantized codes under testing.tol_linear (exact products, K fp32 sums:
 tolerances.py "fp8 GEMMs"); with every scale a power of two, also against the product of the data before
-quantization under testing.tol_fp8_quantized (e4m3's half ulp of both operands). Cases: blocks of 64 and
-128, one token, topk 1, 2 and 8, 8, 64 and 128 experts, expert strides 1, 3 and 5, non-power-of-two and
-one-column tiles, every token to one expert, a slot no expert claims, the edge tasks of a larger grid, codes
-a column block of a wider matrix. Negative controls: a kernel reading the float32 scales as they are (not
-as UE8M0), one dropping the last block, one reading expert 0's weight scales; routing the kernel cannot
-follow fails the task by name; bad shapes are refused by name.
+quantization under testing.tol_fp8_quantized (e4m3's half ulp of both operands); the evidence line's UE8M0
+note (check_note): none with power-of-two scales, with amax / 448 ones the count and the worst factor (scale
+/ 2^floor(log2 scale)) computed here, and ue8m0_note's values on zero, negative, subnormal and NaN scales.
+Cases: blocks of 64 and 128, one token, topk 1, 2 and 8, 8, 64 and 128 experts, expert strides 1, 3 and 5,
+non-power-of-two and one-column tiles, every token to one expert, a slot no expert claims, the edge tasks of
+a larger grid, codes a column block of a wider matrix. Negative controls: a kernel reading the float32
+scales as they are (not as UE8M0), one dropping the last block, one reading expert 0's weight scales; a
+layer not declaring its UE8M0 scales (no note: check_note fails); routing the kernel cannot follow fails the
+task by name; bad shapes are refused by name.
 
 Run: python tests/runtime_python/moe_w13_fp8/test_moe_w13_fp8.py   (or pytest this file; -k to pick cases)
 """
+import math
 import os
 import sys
 
@@ -110,11 +114,45 @@ def test_moe_w13_fp8_kernel(dtype, batch, k, n, experts, topk, kind, grid, coord
     run_kernel(dtype, d, topk, grid, coords, target_cc, exact=False)
 
 
+def expected_note(layers: dict[str, dict[str, torch.Tensor]]) -> str:
+    """The NOTE the evidence line of an output computed from these layers (name -> its float32 scales, name ->
+    values, in program order) must carry, or "" when every scale is a power of two; derived here from frexp,
+    not from the exponent field the library reads: a scale over the power of two at or below it is 2 x its
+    mantissa in [0.5, 1)."""
+    notes = []
+    for layer, scales in layers.items():
+        parts, worst = [], 1.0
+        for name, s in scales.items():
+            factor = 2 * torch.frexp(s.double()).mantissa
+            high = float(factor.max())
+            worst *= high
+            up_to = f" (up to {high:.3g}x)" if high > 1 else ""
+            parts.append(f"'{name}' {int((factor != 1).sum())}/{s.numel()}{up_to}")
+        if worst > 1:
+            notes.append(f"layer '{layer}' {', '.join(parts)} not powers of two: values up to {worst:.3g}x = "
+                         f"2^{math.log2(worst):.3g} small")
+    return f"NOTE[scales read as UE8M0: {'; '.join(notes)}]" if notes else ""
+
+
+def check_note(printed: str, layers: dict[str, dict[str, torch.Tensor]], select: str = "EVIDENCE ") -> None:
+    """Every EVIDENCE line of `printed` that contains `select` ends with expected_note(layers) before its
+    verdict (no NOTE when that is "")."""
+    lines = [ln for ln in printed.splitlines() if ln.startswith("EVIDENCE ") and select in ln]
+    want = expected_note(layers)
+    assert lines, f"no evidence line with {select!r} printed"
+    for line in lines:
+        verdict_at = line.rindex(" ")
+        shown = line[line.find("NOTE["):verdict_at] if "NOTE[" in line else ""
+        assert shown == want, f"evidence line {line!r}: expected the note {want!r}"
+    print(f"UE8M0 {select!r}: {len(lines)} evidence line(s) carry {want or 'no note'!r} PASS")
+
+
 @pytest.mark.parametrize("group", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=lambda d: str(d)[6:])
-def test_moe_w13_fp8_power_of_two_scales_match_the_unquantized_product(dtype, group):
+def test_moe_w13_fp8_power_of_two_scales_match_the_unquantized_product(dtype, group, capsys):
     d = inputs(6, 256, 40, 8, 2, "topk", group, pow2_input=True)
     run_kernel(dtype, d, 2, (5, 3), None, 90, exact=True)
+    check_note(capsys.readouterr().out, {"moe_w13_fp8_0": {"sx": d["sx"], "sw": d["sw"]}})     # no note
 
 
 def test_moe_w13_fp8_floored_scales_fail_the_unquantized_comparison():
@@ -128,10 +166,45 @@ def test_moe_w13_fp8_floored_scales_fail_the_unquantized_comparison():
 
 @pytest.mark.quick     # the layer's case in the quick subset and the kernel sanitizer runs
 @pytest.mark.parametrize("target_cc", TARGETS)
-def test_moe_w13_fp8_kernel_strided(target_cc):
+def test_moe_w13_fp8_kernel_strided(target_cc, capsys):
     # the codes a column block of a wider matrix: row stride 3K, not K (a kernel using W's strides fails)
     d = inputs(4, 128, 24, 8, 2, "topk", 64, x_stride=384)
     run_kernel(torch.bfloat16, d, 2, (3, 3), None, target_cc, exact=False)
+    # the input scales amax / 448: the note, with the worst factor of these scales
+    check_note(capsys.readouterr().out, {"moe_w13_fp8_0": {"sx": d["sx"], "sw": d["sw"]}})
+
+
+def test_moe_w13_fp8_a_layer_not_declaring_its_ue8m0_scales_fails_the_note_check(monkeypatch, capsys):
+    """Negative control of check_note: the layer without Layer.ue8m0_scales prints no note, as any layer
+    reading float32 scales as UE8M0 without declaring it would: the check above fails."""
+    from mirage.mpk.layers import moe_w13_fp8
+    monkeypatch.setattr(moe_w13_fp8, "UE8M0_SCALES", ())
+    d = inputs(4, 128, 24, 8, 2, "topk", 64, x_stride=384)
+    run_kernel(torch.bfloat16, d, 2, (3, 3), None, 80, exact=False)
+    with pytest.raises(AssertionError, match="expected the note .NOTE\\[scales read as UE8M0"):
+        check_note(capsys.readouterr().out, {"moe_w13_fp8_0": {"sx": d["sx"], "sw": d["sw"]}})
+
+
+def test_moe_w13_fp8_ue8m0_note_values():
+    """ue8m0_note on given scales (no run): both tensors off a power of two multiply the bound; a zero, a
+    negative, a subnormal or a NaN scale is counted and named; powers of two give no note."""
+    from mirage.mpk.persistent_kernel import PersistentKernel
+    from mirage.mpk.testing.diagnosis import ue8m0_note
+    pk = PersistentKernel(**testing.cpu_config())
+    attach_layer(pk)
+    sx, sw = pk.get_tensor("sx"), pk.get_tensor("sw")
+    sx.fill_(2.0 ** -7)
+    sw.fill_(0.25)
+    assert ue8m0_note(pk, layers=pk.layers) == ""
+    sx[1, 0], sw[3, 5, 1] = 1.5 * 2.0 ** -7, 1.75
+    note = ue8m0_note(pk, layers=pk.layers)
+    assert note == ("scales read as UE8M0: layer 'moe_w13_fp8_0' 'sx' 1/6 (up to 1.5x), 'sw' 1/256 (up to "
+                    "1.75x) not powers of two: values up to 2.62x = 2^1.39 small"), note
+    sw[0, 0, 0], sw[0, 0, 1], sw[0, 1, 0], sw[0, 1, 1] = 0.0, -0.25, 2.0 ** -140, float("nan")
+    assert ue8m0_note(pk, layers=pk.layers).endswith(
+        "'sw' 5/256 (up to 1.75x) not powers of two: values up to 2.62x = 2^1.39 small, 4 scale(s) zero, "
+        "negative, subnormal or not finite"), ue8m0_note(pk, layers=pk.layers)
+    pk.finalize()
 
 
 CONTROLS = [   # (file, old, new, the error, what)

@@ -34,17 +34,20 @@ def test_moe_w2_fp8_kernel(dtype, batch, k, n, experts, topk, kind, grid, coords
 
 @pytest.mark.parametrize("group", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=lambda d: str(d)[6:])
-def test_moe_w2_fp8_power_of_two_scales_match_the_unquantized_product(dtype, group):
+def test_moe_w2_fp8_power_of_two_scales_match_the_unquantized_product(dtype, group, capsys):
     d = w13.inputs(6, 256, 40, 8, 2, "topk", group, w2=True, pow2_input=True, reference=ref)
     w13.run_kernel(dtype, d, 2, (5, 3), None, 90, w2=True, exact=True, reference=ref)
+    w13.check_note(capsys.readouterr().out, {"moe_w2_fp8_0": {"sx": d["sx"], "sw": d["sw"]}})    # no note
 
 
 @pytest.mark.quick     # the layer's case in the quick subset and the kernel sanitizer runs
 @pytest.mark.parametrize("target_cc", w13.TARGETS)
-def test_moe_w2_fp8_kernel_strided(target_cc):
+def test_moe_w2_fp8_kernel_strided(target_cc, capsys):
     # the codes [B, topk, K] a column block of a wider tensor: row stride 3K, not K
     d = w13.inputs(4, 128, 24, 8, 2, "topk", 64, w2=True, x_stride=384, reference=ref)
     w13.run_kernel(torch.bfloat16, d, 2, (3, 3), None, target_cc, w2=True, exact=False, reference=ref)
+    # the input scales amax / 448: the evidence line says so (moe_w13_fp8's check_note)
+    w13.check_note(capsys.readouterr().out, {"moe_w2_fp8_0": {"sx": d["sx"], "sw": d["sw"]}})
 
 
 def test_moe_w2_fp8_a_kernel_reading_the_tokens_row_for_every_slot_fails(tmp_path):

@@ -36,7 +36,9 @@ e4m3 with power-of-two block scales, each expert GEMM's input quantized in the g
 checked per layer on the kernel's own inputs (the codes bit for bit, the GEMMs against their dequantized
 references), and the block against torch_moe_fp8 (float64 from the graph inputs, the activations quantized
 as quantize_fp8 does, every scale read as UE8M0) within tol_peer; negative control: that reference with the
-float32 scales read as they are fails.
+float32 scales read as they are fails. The activations' scales are not powers of two: the evidence line of
+every output computed from an fp8 GEMM carries the UE8M0 note (layer, count, worst factor), the earlier
+outputs none.
 
 Run: python tests/runtime_python/test_mode/test_moe_pipeline.py   (or pytest this file)
 """
@@ -55,6 +57,8 @@ REF = {k: testing.load_reference(os.path.join(HERE, "..", k, "x.py"))
        for k in ("linear", "moe_topk_softmax_routing", "moe_topk_sigmoid_routing", "moe_w13_linear",
                  "moe_silu_mul", "moe_w2_linear", "moe_mul_sum_add", "quantize_fp8", "moe_w13_fp8",
                  "moe_w2_fp8")}
+# the evidence line's UE8M0 note as moe_w13_fp8's kernel tests check it (check_note)
+W13_TEST = testing.load_reference(os.path.join(HERE, "..", "moe_w13_fp8", "_"), "test_moe_w13_fp8")
 BLOCK = (128, 1, 1)
 BATCH, HIDDEN, INTER, EXPERTS, TOPK = 5, 128, 64, 64, 8
 SIGMOID = dict(num_groups=8, topk_group=4, routed_scaling_factor=2.5)
@@ -250,7 +254,7 @@ def check_block_fp8(dtype, tmp_path=None):
     expected, peer = torch_moe_fp8(t, o["topk_weight"], ids), torch_moe_fp8(t, o["topk_weight"], ids, dtype)
     tol = testing.tol_peer(peer, expected, last)
     testing.assert_close(f"{label}.out vs torch_moe_fp8 (float64, from the graph inputs)", o["out"], expected,
-                         tol)
+                         tol, pk=pk)
     # negative control: the reference reading the scales as they are (not as UE8M0) fails the block
     fp8 = REF["moe_w13_fp8"]
     saved = fp8.pow2_floor
@@ -265,6 +269,7 @@ def check_block_fp8(dtype, tmp_path=None):
     testing.say(f"MOE {label}: {active} of {EXPERTS} experts activated, every layer and the block within "
                 f"budget; the reference without UE8M0 scales rejected PASS")
     pk.finalize()
+    return t, o
 
 
 def check_layers(label: str, pk, config: str, dtype, t: dict, o: dict):
@@ -339,8 +344,18 @@ def test_moe_block_matches_torch_moe(config, dtype, tmp_path):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=[str(d)[6:] for d in DTYPES])
-def test_fp8_moe_block_matches_torch_moe_fp8(dtype, tmp_path):
-    check_block_fp8(dtype, tmp_path)
+def test_fp8_moe_block_matches_torch_moe_fp8(dtype, tmp_path, capsys):
+    t, o = check_block_fp8(dtype, tmp_path)
+    # The activations' scales (amax / 448) are read as UE8M0: every output computed from a GEMM says so in
+    # its evidence line, naming the GEMMs upstream of it with the worst factor of their scales; the outputs
+    # before the first GEMM carry no note.
+    printed = capsys.readouterr().out
+    w13 = {"moe_w13_fp8_3": {"sx": o["sx"], "sw13": t["sw13"]}}     # layer names: kind_<index in the graph>
+    both = w13 | {"moe_w2_fp8_6": {"sa": o["sa"], "sw2": t["sw2"]}}
+    for select, layers in ((".logits", {}), (".qx (quantize_fp8) scales", {}), (".h (w13_fp8)", w13),
+                           (".a (silu_mul)", w13), (".y (w2_fp8)", both), (".out (mul_sum_add)", both),
+                           (".out vs torch_moe_fp8 (float64", both)):
+        W13_TEST.check_note(printed, layers, select)
 
 
 if __name__ == "__main__":
