@@ -6,8 +6,12 @@ poisons the rest: a read of another request's rows or a write outside its own is
 
 The inputs are made by hand: random partials (already in the dtype) and random lse in log2 units with -inf
 chunks (a chunk with no key), among them rows whose every chunk is -inf (which a real split cannot make,
-chunk 0 holding key 0) that must give exactly 0, not NaN. The float64 reference (pytorch_reference.merge)
-of the very same inputs, so the budget is the merge's own (tol_attention_merge, exact chunks).
+chunk 0 holding key 0) that must give exactly 0, not NaN; and, in one case, what the split makes of a real
+paged batch (split_inputs: the split's float64 reference, rounded as the split stores it) with logits far
+beyond exp2f's range, the last chunk holding keys. The float64 reference (pytorch_reference.merge) of the
+very same inputs, so the budget is the merge's own (tol_attention_merge, exact chunks). Negative control
+(tests/runtime_python/test_mode/test_paged_attention_split_kv_controls.py (a)): a merge that forgets to
+subtract the max fails the split's case.
 Run: python tests/runtime_python/paged_attention_split_kv_merge/test_paged_attention_split_kv_merge.py
 The integration test (the split and the merge in one graph) is
 test_paged_attention_split_kv_merge_testmode.py.
@@ -53,10 +57,29 @@ CASES = [(dt, 8, 2, 64, 4, (5, 3), 3, cc) for dt in (torch.bfloat16, torch.float
 QUICK = CASES[0]
 
 
+def split_inputs(dtype, hq, hkv, d, chunks, new, cached, slots, max_seq, q_scale, gen):
+    """lse and partials as the split layer makes them: the float64 split reference (pytorch_reference's
+    split_attention, per chunk the attention over its keys of a paged batch, new tokens after `cached` ones)
+    rounded as the split kernel stores them (lse float32, the partials in `dtype`). q_scale multiplies the
+    queries: logits of standard deviation 1.44 q_scale in log2 units, so lse beyond exp2f's range at
+    q_scale 100 (a chunk's weight then needs the max subtracted)."""
+    ps, rows = 16, sum(new) + 1
+    pages = sum(-(-(t + c) // ps) for t, c in zip(new, cached)) + 2
+    meta = ref.split.batch_meta(list(new), list(cached), ps, pages, slots, gen)
+    qkv = testing.randn((rows, (hq + 2 * hkv) * d), torch.float32, gen)
+    qkv.view(rows, hkv, hq // hkv + 2, d)[:, :, : hq // hkv] *= q_scale     # per KV head: its queries, k, v
+    kc, vc = (testing.randn((pages, ps, hkv, d), dtype, gen) for _ in range(2))
+    expect = ref.split_attention(qkv.to(dtype), kc, vc, meta, hq, chunks, max_seq)
+    return expect["lse"].float(), expect["output"].to(dtype)
+
+
 def run_merge(dtype, hq, hkv, d, chunks, new, slots, target_cc, lse=None, x=None):
+    """The merge's tasks alone on hand-made inputs (make_inputs, with rows whose every chunk is -inf) or on
+    the given lse and partials (split_inputs: no such row); the evidence against pytorch_reference.merge."""
     gen = testing.generator(offset=31 * d + hq + chunks)
     rows = sum(new) + 1  # one row past the batch: never read or written
-    if lse is None:
+    hand_made = lse is None
+    if hand_made:
         lse, x = make_inputs(dtype, hq, hkv, d, chunks, rows, gen)
     out = torch.zeros(rows, hq * d, dtype=dtype)
     run = testing.run_tasks(
@@ -88,8 +111,31 @@ def run_merge(dtype, hq, hkv, d, chunks, new, slots, target_cc, lse=None, x=None
         f"EMPTY {run.layer.name}[kernel,{str(dtype)[6:]}]: {int(empty.sum())} outputs whose every chunk is "
         f"-inf: exactly 0 {'PASS' if ok else 'FAIL'}"
     )
-    assert ok and int(empty.sum()) > 0, "a row whose every chunk is -inf must give 0"
+    assert ok and (int(empty.sum()) > 0 or not hand_made), "a row whose every chunk is -inf must give 0"
     return run
+
+
+# (dtype, Hq, Hkv, D, chunks, new tokens, cached tokens, request slots, max_seq, q_scale, target_cc): chunks
+# of 16 keys; request 0's 60 keys fill all four chunks (the last one 12), request 1's 13 only chunk 0
+SPLIT_CASE = (torch.bfloat16, 8, 2, 64, 4, (5, 3), (55, 10), 3, 64, 100.0, 80)
+
+
+def run_merge_of_split(dtype, hq, hkv, d, chunks, new, cached, slots, max_seq, q_scale, target_cc):
+    """The merge on what the split makes of a real batch, with logits far beyond exp2f's range."""
+    gen = testing.generator(offset=7 * d + hq + chunks)
+    lse, x = split_inputs(dtype, hq, hkv, d, chunks, new, cached, slots, max_seq, q_scale, gen)
+    live = lse[: sum(new)]
+    whole = int(torch.stack(ref.from_split(live, chunks)).isinf().all(0).sum())     # the split cannot: 0
+    finite = live[live > -math.inf]
+    testing.say(f"SPLIT_INPUTS merge[{str(dtype)[6:]}]: lse of {live.numel()} (row, chunk, head) from the "
+                f"split reference in [{float(finite.min()):.1f}, {float(finite.max()):.1f}] log2 units, "
+                f"{int((live == -math.inf).sum())} empty chunks, {whole} rows with every chunk empty")
+    assert whole == 0 and float(finite.max()) > 128, "not the intended inputs: an empty row or small lse"
+    return run_merge(dtype, hq, hkv, d, chunks, new, slots, target_cc, lse=lse, x=x)
+
+
+def test_paged_attention_split_kv_merge_of_the_splits_outputs():
+    run_merge_of_split(*SPLIT_CASE)
 
 
 @pytest.mark.parametrize("dtype,hq,hkv,d,chunks,new,slots,target_cc", testing.case_params(CASES, quick=QUICK))

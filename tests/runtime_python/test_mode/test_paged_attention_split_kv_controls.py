@@ -4,8 +4,11 @@ its message; the unmutated kernels pass the same cases (their own tests).
 Each control builds against a copy of the kernel sources with ONE exact string replacement
 (testing.mutated_kernel: found exactly once, or the control fails, so a rewritten kernel must update it):
 
-  (a) the merge does not skip a chunk whose lse is -inf: where every chunk of a row is -inf (the merge's
-      kernel-level case has such rows) w = exp2(-inf - -inf) = NaN, and the comparison fails naming the NaN;
+  (a) the merge forgets to subtract the max lse before exp2 (w = exp2(l), not exp2(l - m)): on what the split
+      makes of a real batch (the merge's split_inputs case: logits beyond exp2f's range, every row with keys,
+      as the split always gives) the weights overflow to inf, and the comparison fails naming the NaN. (The
+      control it replaces removed the skip of a -inf chunk, which only a row whose every chunk is -inf needs:
+      an input the split cannot make.);
   (b) a split task reads keys beyond its chunk (its key range's end one chunk further): those slots are
       outside the task's live input (the next chunk's cached tokens, or new tokens its own chunk does not
       store), which the kernel-level run poisons, so it names the read outside its declared input;
@@ -30,7 +33,7 @@ MERGE = testing.load_reference(os.path.join(HERE, "..", "paged_attention_split_k
 pytestmark = pytest.mark.skipif(os.environ.get("MPK_TEST_DEVICE", "cpu") != "cpu",
                                 reason="the messages asserted are the CPU emulation's")
 
-NO_SKIP = ("if (l == -INFINITY) continue;", "")
+NO_MAX = ("const float w = exp2f(l - m);", "const float w = exp2f(l);")
 READ_PAST_CHUNK = ("attn_pair<T, NV>(v, q, o, i, g, lo, hi,",
                    "attn_pair<T, NV>(v, q, o, i, g, lo, hi + (hi - lo),")
 STORE_ALL = ("attn_store_kv<T, NV>(v, q, o, s_lo, s_hi)", "attn_store_kv<T, NV>(v, q, o, start, q.seq_len)")
@@ -44,13 +47,12 @@ def caught(control: str, e: BaseException) -> str:
     return msg
 
 
-def test_a_merge_without_the_minus_inf_skip_gives_nan(tmp_path):
-    case = MERGE.CASES[0]
-    with testing.mutated_kernel(tmp_path, "paged_attention_split_kv_merge.cuh", *NO_SKIP):
+def test_a_merge_without_the_max_subtraction_fails_on_the_splits_outputs(tmp_path):
+    with testing.mutated_kernel(tmp_path, "paged_attention_split_kv_merge.cuh", *NO_MAX):
         with pytest.raises(AssertionError) as e:
-            MERGE.run_merge(*case)
+            MERGE.run_merge_of_split(*MERGE.SPLIT_CASE)
     msg = caught("(a)", e.value)
-    assert "is not close" in msg and "actual nan, expected 0" in msg and "NaN:" in msg, msg
+    assert "is not close" in msg and "actual nan" in msg and "NaN:" in msg, msg
 
 
 def test_b_split_reading_keys_beyond_its_chunk_is_named(tmp_path):
