@@ -200,7 +200,8 @@ def ue8m0_note(pk, out: torch.Tensor | None = None, layers=None) -> str:
     if layers is None:
         found = _output_of(pk, out)
         layers, needed = [], set()
-        for layer in reversed(pk.layers[:pk.layers.index(found[0]) + 1] if found else []):
+        end = [id(g) for g in pk.layers].index(id(found[0])) if found else -1     # (by identity: no __eq__)
+        for layer in reversed(pk.layers[:end + 1]):
             if layer is found[0] or any(storage(a.tensor) & needed for a in layer.outputs if a.written):
                 layers.append(layer)
                 needed |= {n for a in layer.inputs for n in storage(a.tensor)}
