@@ -292,10 +292,7 @@ class PersistentKernel:
             if acc.written and acc.tensor.kind in (SHUFFLED, FUSED):
                 raise ValueError(f"layer '{layer.name}': output '{acc.tensor.name}' is a "
                                  f"{acc.tensor.kind} view; views are inputs only")
-        inplace = check_aliasing(layer)
-        if inplace and self.test_mode:     # poison would be read: these tiles are not checked (written.py)
-            log.warning("layer '%s' runs in place on %s: test mode cannot check those tiles for unwritten "
-                        "elements", layer.name, ", ".join(inplace))
+        check_aliasing(layer)      # declared in-place uses: test mode checks them too (written.InPlace)
         self.layers.append(layer)
 
     # ---- compile and run -------------------------------------------------------------------
@@ -486,6 +483,40 @@ class PersistentKernel:
         if self.device.type == "cuda" and not self.test_mode:   # enqueue on the caller's stream, return
             stream = kwargs.get("default_stream") or torch.cuda.current_stream(self.device)
             return self._runtime.launch_async(stream.cuda_stream)
+        passes = self._launch()
+        self.passes = passes
+        self._export_trace()
+        if self.test_mode:
+            if passes != 1:
+                raise MPKRuntimeError(f"test mode ran {passes} passes of the graph; expected exactly 1")
+            self._watched.check(self.meta_tensors)
+            inplace = self._watched.inplace
+            suspects = inplace.suspects(self.meta_tensors) if inplace.tiles else []
+            if (self._comm.allreduce(len(suspects)) if self._comm else suspects):    # every rank, or none
+                self._inplace_rerun(suspects)
+
+    def _inplace_rerun(self, suspects: list) -> None:
+        """The pass once more from the state before it, with the in-place outputs' elements it left
+        bit-identical poisoned: still poison is never written (written.InPlace). Every tensor the pass
+        wrote, and the meta tensors, are put back as the first pass left them."""
+        inplace = self._watched.inplace
+        written = {a.tensor.name for g in self.layers for a in g.outputs if a.written}
+        kept = [(t, t.clone()) for t in [*self.meta_tensors.values(),
+                                         *(self.tensors[n].data for n in sorted(written))]]
+        try:
+            for k, v in self._meta_at_first_launch.items():
+                self.meta_tensors[k].copy_(v)
+            for t, _ in inplace.regions:
+                t.data.copy_(inplace.before[t.id].view(t.data.dtype))
+            self._watched.poison(suspects)
+            self._launch()
+            inplace.check(suspects, self.meta_tensors)
+        finally:
+            for t, v in kept:
+                t.copy_(v)
+
+    def _launch(self) -> int:
+        """One launch on the guarded copies (test mode): the passes it ran."""
         if self._fences:
             self._fences.copy_in()
         try:
@@ -505,12 +536,7 @@ class PersistentKernel:
             raise
         if self._fences:
             self._fences.finish(self._runtime)
-        self.passes = passes
-        self._export_trace()
-        if self.test_mode:
-            if passes != 1:
-                raise MPKRuntimeError(f"test mode ran {passes} passes of the graph; expected exactly 1")
-            self._watched.check(self.meta_tensors)
+        return passes
 
     def _export_trace(self) -> None:
         if self.profile:      # as MPK: after every launch (several ranks: one file each)
