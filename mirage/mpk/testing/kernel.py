@@ -41,6 +41,7 @@ from .diagnosis import nan_note
 from .evidence import RMS_LIMIT, Comparison, _fmt_index, _rms, compare, evidence, say
 from .inputs import seed as test_seed
 from .keep import keep_failure
+from .races import TsanReports, named_race
 from .tolerances import Tolerance
 
 # The two poisons and the red zones' bytes are each tensor's own, and the run's (mirage/mpk/poisons.py):
@@ -198,6 +199,7 @@ class _Harness:
     def __init__(self, pk, layer: Layer, seed: int):
         self.pk, self.layer, self.seed = pk, layer, seed
         self.salt = seed * 1000003 + test_seed()       # the run of poisons.poison / red_fill
+        self.races = TsanReports.open() if pk.device.type == "cpu" else None    # under MPK_SANITIZE=thread
         self.threads = pk.worker_threads
         self.table: list[DTensor] = pk._table()
         self.fences = pk._fences        # test mode's guarded copies (None on a GPU: red zones only)
@@ -273,7 +275,19 @@ class _Harness:
                 zone.fill_(im.red)
         thread = self.runtime.run_task(task.id, seed, self.pointers, watch, smem)
         self.check_guard_pages(task)
+        for report in self.races.new() if self.races is not None else ():
+            found = named_race(report, self.locate)
+            if found:
+                raise MPKFootprintError(f"{self.where(task)} {found}")
         return thread
+
+    def locate(self, address: int) -> str:
+        """The element of the run's tensors at this address (_describe), or "" (not in a span)."""
+        for t, b in zip(self.table, self.buffers):
+            lo = b.slots.data_ptr()
+            if lo <= address < lo + b.span * b.itemsize:
+                return _describe(t, b, torch.tensor([(address - lo) // b.itemsize], device=b.slots.device))
+        return ""
 
     def check_guard_pages(self, task: Task) -> None:
         """An access the guard-page handler recorded (csrc/runtime/guard.h: far past a red zone) is an
