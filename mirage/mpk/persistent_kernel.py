@@ -483,37 +483,13 @@ class PersistentKernel:
         if self.device.type == "cuda" and not self.test_mode:   # enqueue on the caller's stream, return
             stream = kwargs.get("default_stream") or torch.cuda.current_stream(self.device)
             return self._runtime.launch_async(stream.cuda_stream)
-        passes = self._launch()
-        self.passes = passes
+        self.passes = passes = self._launch()
         self._export_trace()
         if self.test_mode:
             if passes != 1:
                 raise MPKRuntimeError(f"test mode ran {passes} passes of the graph; expected exactly 1")
             self._watched.check(self.meta_tensors)
-            inplace = self._watched.inplace
-            suspects = inplace.suspects(self.meta_tensors) if inplace.tiles else []
-            if (self._comm.allreduce(len(suspects)) if self._comm else suspects):    # every rank, or none
-                self._inplace_rerun(suspects)
-
-    def _inplace_rerun(self, suspects: list) -> None:
-        """The pass once more from the state before it, with the in-place outputs' elements it left
-        bit-identical poisoned: still poison is never written (written.InPlace). Every tensor the pass
-        wrote, and the meta tensors, are put back as the first pass left them."""
-        inplace = self._watched.inplace
-        written = {a.tensor.name for g in self.layers for a in g.outputs if a.written}
-        kept = [(t, t.clone()) for t in [*self.meta_tensors.values(),
-                                         *(self.tensors[n].data for n in sorted(written))]]
-        try:
-            for k, v in self._meta_at_first_launch.items():
-                self.meta_tensors[k].copy_(v)
-            for t, _ in inplace.regions:
-                t.data.copy_(inplace.before[t.id].view(t.data.dtype))
-            self._watched.poison(suspects)
-            self._launch()
-            inplace.check(suspects, self.meta_tensors)
-        finally:
-            for t, v in kept:
-                t.copy_(v)
+            self._watched.inplace.verify(self)       # outputs a layer also reads (written.InPlace)
 
     def _launch(self) -> int:
         """One launch on the guarded copies (test mode): the passes it ran."""

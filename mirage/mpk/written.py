@@ -178,6 +178,27 @@ class InPlace:
                 found.append((tensor, same))
         return found
 
+    def verify(self, pk) -> None:
+        """After pk's pass: with suspects (on any rank: they decide together, so all or none run again),
+        the pass once more from the state before it, the suspects poisoned, then check(). Every tensor
+        the first pass wrote, and the meta tensors, are put back as it left them."""
+        suspects = self.suspects(pk.meta_tensors) if self.tiles else []
+        if not (pk._comm.allreduce(len(suspects)) if pk._comm else suspects):
+            return
+        outputs = {a.tensor.name for g in pk.layers for a in g.outputs if a.written}
+        kept = [(t, t.clone()) for t in [*pk.meta_tensors.values(), *(pk.tensors[n].data for n in outputs)]]
+        try:
+            for k, v in pk._meta_at_first_launch.items():
+                pk.meta_tensors[k].copy_(v)
+            for t, _ in self.regions:
+                t.data.copy_(self.before[t.id].view(t.data.dtype))
+            self.watched.poison(suspects)
+            pk._launch()
+            self.check(suspects, pk.meta_tensors)
+        finally:
+            for t, v in kept:
+                t.copy_(v)
+
     def check(self, suspects: list, meta: dict) -> None:
         """After the second run from the poison: name the tiles where it is still there."""
         if any(bool(((_bits(t.data) == self.watched.poison_of(t)) & m).any()) for t, m in suspects):

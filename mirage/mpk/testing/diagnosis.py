@@ -154,9 +154,9 @@ def nan_note(actual: torch.Tensor, bad: torch.Tensor, gpu: bool = False,
                f"before its producer wrote it, or outside what any task writes)")
         kinds.append((bits == pattern, f"hold {whose} (0x{pattern:X}): {how}"))
         if dt != torch.bfloat16:
-            kinds.append((bits == pattern | quiet, f"are NaN with {whose}'s payload quieted by arithmetic "
-                          f"(0x{pattern | quiet:X}): computed from an element of '{name}' read before its "
-                          f"producer wrote it (a missing dependency) or never written"))
+            kinds.append((bits == pattern | quiet, f"are NaN with the payload of {whose}, quieted by "
+                          f"arithmetic (0x{pattern | quiet:X}): computed from an element of '{name}' read "
+                          f"before its producer wrote it (a missing dependency) or never written"))
     kinds.append((is_poison(bits, dt), "hold an output poison (a signalling NaN): never written, or "
                   "bit-copied from an element never written"))
     if gpu or dt == torch.bfloat16:
