@@ -273,6 +273,8 @@ class _Harness:
             b.slots.copy_(im.slots)
             for zone in b.red_zones():
                 zone.fill_(im.red)
+        if self.races is not None:
+            self.races.arm()
         thread = self.runtime.run_task(task.id, seed, self.pointers, watch, smem)
         self.check_guard_pages(task)
         for report in self.races.new() if self.races is not None else ():

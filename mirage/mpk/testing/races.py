@@ -7,11 +7,12 @@ footprint check can see it; HiRace checks global memory for this, compute-saniti
 shared memory). Under MPK_SANITIZE=thread the emulation runs a block's threads as TSan fibers that
 switch without synchronising and release/acquire at barriers and warp collectives
 (csrc/runtime/simt_cpu_sched.h), so such stores are a TSan data race. Reports reach this process's
-report file (the log_path mirage.mpk.sanitize sets; when TSan writes to stderr, a file set here, whose
-text is copied to stderr as it is read); after each run of a task, a new report whose address lies in
-one of the run's tensors becomes an MPKFootprintError naming the task, the threads, the tensor element
-and the kernel lines. Other reports (shared memory, the runtime) are left to the sanitizer's verdict.
-TSan reports a pair of code locations once per process: the first run that races is the one named.
+report file (the log_path mirage.mpk.sanitize sets; when TSan writes to stderr, a file set here for
+each task's run only, whose text is copied to stderr as it is read); after each run of a task, a new
+report whose address lies in one of the run's tensors becomes an MPKFootprintError naming the task,
+the threads, the tensor element and the kernel lines. Other reports (shared memory, the runtime) are
+left to the sanitizer's verdict. TSan reports a pair of code locations once per process: the first
+run that races is the one named.
 """
 from __future__ import annotations
 
@@ -30,9 +31,16 @@ _THREAD = re.compile(r"^  Thread (T\d+) '[^']*?(\d+)'", re.M)
 class TsanReports:
     """This process's ThreadSanitizer report file, read from where the last read stopped."""
 
-    def __init__(self, path: str, echo: bool):
-        self.path, self.echo = path, echo
+    def __init__(self, lib, path: str, echo: bool):
+        self.lib, self.path, self.echo = lib, path, echo
         self.offset = os.path.getsize(path) if os.path.exists(path) else 0
+
+    def arm(self) -> None:
+        """Before a task's run: when TSan reports to stderr, to a fresh file of ours for this run only."""
+        if self.echo:
+            getattr(self.lib, "__sanitizer_set_report_path")(self.path.rsplit(".", 1)[0].encode())
+            getattr(self.lib, "__sanitizer_get_report_path")()       # (re)opens it, empty
+            self.offset = 0
 
     @classmethod
     def open(cls) -> "TsanReports | None":
@@ -44,10 +52,12 @@ class TsanReports:
         get.restype = ctypes.c_char_p
         path = (get() or b"").decode()
         if path:
-            return cls(path, False)
+            return cls(lib, path, False)
         folder = tempfile.mkdtemp(prefix="mpk-tsan-")       # reports to stderr: to a file, echoed
         getattr(lib, "__sanitizer_set_report_path")(os.path.join(folder, "tsan").encode())
-        return cls((get() or b"").decode(), True)
+        reports = cls(lib, (get() or b"").decode(), True)
+        getattr(lib, "__sanitizer_set_report_fd")(ctypes.c_void_p(2))      # stderr again until arm()
+        return reports
 
     def new(self) -> list[str]:
         """The reports written since the last call."""
@@ -57,7 +67,8 @@ class TsanReports:
             f.seek(self.offset)
             text = f.read()
         self.offset += len(text.encode(errors="replace"))
-        if self.echo and text:
+        if self.echo:
+            getattr(self.lib, "__sanitizer_set_report_fd")(ctypes.c_void_p(2))
             sys.stderr.write(text)
         return [r for r in text.split("WARNING: ThreadSanitizer: ")[1:] if r.startswith("data race")]
 
