@@ -12,6 +12,8 @@ again, from the poison (InPlace); still poison after that means never written.
 """
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from .boxes import volume
@@ -20,6 +22,7 @@ from .graph import Graph
 from .layers import DIFFERS_FROM_INPUT
 from .poisons import poison as poison_bits
 
+log = logging.getLogger("mirage.mpk")
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -185,6 +188,8 @@ class InPlace:
         suspects = self.suspects(pk.meta_tensors) if self.tiles else []
         if not (pk._comm.allreduce(len(suspects)) if pk._comm else suspects):
             return
+        log.info("in-place outputs: %s left bit-identical by the pass: running it again from the poison",
+                 ", ".join(f"{int(m.sum())} element(s) of '{t.name}'" for t, m in suspects) or "none here")
         outputs = {a.tensor.name for g in pk.layers for a in g.outputs if a.written}
         kept = [(t, t.clone()) for t in [*pk.meta_tensors.values(), *(pk.tensors[n].data for n in outputs)]]
         try:
