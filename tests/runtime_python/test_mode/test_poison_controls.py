@@ -26,14 +26,17 @@ pytestmark = pytest.mark.skipif(os.environ.get("MPK_TEST_DEVICE", "cpu") != "cpu
                                 reason="negative controls of the CPU emulation's checks")
 
 TILES = "    const Tile2D xt = tile2d(v.in_tile(0)), yt = tile2d(v.out_tile(0));\n"
-# thread 0 also copies the element one row stride minus one past its tile's origin: for a column
-# block, an element of the neighbouring tile, from x's neighbour (poison) to y's neighbour (poison)
-OFF_BY_ONE = TILES + ("    if (threadIdx.x == 0) y[yt.row_stride - 1] = x[xt.row_stride - 1];"
-                      "  // negative control\n")
-# thread 0 also copies the element just past the tensor's end: red zone to red zone (grid 1: the tile
-# is the whole contiguous tensor)
-PAST_END = TILES + ("    if (threadIdx.x == 0) y[yt.rows * yt.row_stride] = x[xt.rows * xt.row_stride];"
-                    "  // negative control\n")
+# Two bugs in one scratch build (one compile for both controls): thread 0 also copies
+# - the element one row stride minus one past its tile's origin: for a column block (grid 2), an
+#   element of the neighbouring tile, x's neighbour (poison) to y's neighbour (poison); for the whole
+#   tensor (grid 1), an element of its own tile (harmless);
+# - the element just past the tile's last row: for the whole contiguous tensor (grid 1), one past its
+#   end, red zone to red zone; for a column block it lands past the end too, but the first bug shows
+#   first (the writes inside a span are checked before the red zones).
+BROKEN = TILES + ("    if (threadIdx.x == 0) {  // negative controls\n"
+                  "        y[yt.row_stride - 1] = x[xt.row_stride - 1];\n"
+                  "        y[yt.rows * yt.row_stride] = x[xt.rows * xt.row_stride];\n"
+                  "    }\n")
 
 
 def identity_kernel(x: torch.Tensor, grid: int):
@@ -93,7 +96,7 @@ def test_a_copy_of_the_neighbours_poison_is_a_footprint_error(tmp_path):
     there; now y's poison is not x's, so task (0, 0, 0) writes outside its tile, named."""
     x = x_input()
     identity_kernel(x, 2)                                       # positive control: the kernel unbroken
-    with testing.mutated_kernel(tmp_path, "identity.cuh", TILES, OFF_BY_ONE):
+    with testing.mutated_kernel(tmp_path, "identity.cuh", TILES, BROKEN):
         with pytest.raises(MPKFootprintError) as e:
             identity_kernel(x, 2)
     msg = str(e.value).splitlines()[0]
@@ -108,7 +111,7 @@ def test_a_copy_from_red_zone_to_red_zone_is_named(tmp_path):
     (a write past y's end) and in test mode (an MPKMemoryError naming the task, the process unharmed)."""
     x = x_input()
     assert torch.equal(identity_test_mode(x), x)                # positive control: the kernel unbroken
-    with testing.mutated_kernel(tmp_path, "identity.cuh", TILES, PAST_END):
+    with testing.mutated_kernel(tmp_path, "identity.cuh", TILES, BROKEN):
         with pytest.raises(MPKFootprintError) as e:
             identity_kernel(x, 1)
         kernel_msg = str(e.value).splitlines()[0]
