@@ -27,10 +27,10 @@ def per_tile_poison_and_check(watched: written.Watched) -> None:
     """The former method: a slice assignment and a comparison per declared tile."""
     for _, tile in watched.tiles:
         region = written._bits(tile.tensor.data)[written._slices(tile.box)]
-        region.fill_(written.SENTINEL[tile.tensor.dtype.itemsize])
+        region.fill_(watched.poison_of(tile.tensor))
     for _, tile in watched.tiles:
         region = written._bits(tile.tensor.data)[written._slices(tile.box)]
-        int((region == written.SENTINEL[tile.tensor.dtype.itemsize]).sum())
+        int((region == watched.poison_of(tile.tensor)).sum())
 
 
 def timed(fn, repeat: int) -> list[float]:

@@ -3,8 +3,9 @@
     [guard pages][red zone][tensor span][red zone to the end of its page][guard pages]
 
 The span starts 256-byte aligned (as a cudaMalloc'd buffer does) after a red zone of at least
-`red_bytes`; the red zone after it runs to the end of the page. Red zones hold RED_BYTE: an access
-a little past either end lands there and shows after the pass as damage (`red_damage`). The guard
+`red_bytes`; the red zone after it runs to the end of the page. Red zones hold one byte (RED_BYTE, or
+the caller's: test mode gives each tensor its own, mirage/mpk/poisons.py): an access a little past
+either end lands there and shows after the pass as damage (`red_damage`). The guard
 pages (PROT_NONE, at least 1 MiB and at least the span on each side, MAP_NORESERVE so they cost
 address space only) turn a far access into SIGSEGV, which the runtime's handler
 (csrc/runtime/guard.h) records and answers by opening the page (filled with RED_BYTE), so the

@@ -17,6 +17,7 @@ import numpy as np
 from . import abi, guard
 from .errors import MPKMemoryError, MPKRuntimeError
 from .graph import Graph
+from .poisons import red_fill
 from .tensor import SYMMETRIC, DTensor
 
 MAX_FAULTS = 256        # fault records kept per launch (all are counted)
@@ -62,6 +63,7 @@ class Fences:
         self.faults = np.zeros((MAX_FAULTS, abi.GUARD_FAULT_FIELDS), dtype=np.int64)
         self.count = np.zeros(1, dtype=np.int64)
         self.dirty = self.pinned = False
+        self.run = 0                  # launches so far (red_fill's run)
 
     def pointers(self) -> list[int]:
         return [self.guarded[t.id].tensor.data_ptr() if t.id in self.guarded else t.data.data_ptr()
@@ -74,15 +76,19 @@ class Fences:
                     guard_fault_count=self.count.ctypes.data)
 
     def copy_in(self) -> None:
+        """The tensors into their copies; each tensor's red zones get this launch's own byte
+        (poisons.red_fill), so one tensor's red-zone byte copied into another's red zone is damage."""
+        self.run += 1
         for tid, g in self.guarded.items():
             g.tensor.copy_(self.tensors[tid].data)
+            g.fill_red(red_fill(tid, self.run))
         self.arm()
 
     def arm(self) -> None:
         """Red zones full, guard pages closed, no fault recorded."""
         if self.dirty:
             for g in self.guarded.values():
-                g.fill_red()
+                g.fill_red(g.red)
                 g.protect()
         self.count[0], self.dirty = 0, False
 

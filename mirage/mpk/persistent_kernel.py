@@ -292,10 +292,7 @@ class PersistentKernel:
             if acc.written and acc.tensor.kind in (SHUFFLED, FUSED):
                 raise ValueError(f"layer '{layer.name}': output '{acc.tensor.name}' is a "
                                  f"{acc.tensor.kind} view; views are inputs only")
-        inplace = check_aliasing(layer)
-        if inplace and self.test_mode:     # poison would be read: these tiles are not checked (written.py)
-            log.warning("layer '%s' runs in place on %s: test mode cannot check those tiles for unwritten "
-                        "elements", layer.name, ", ".join(inplace))
+        check_aliasing(layer)      # declared in-place uses: test mode checks them too (written.InPlace)
         self.layers.append(layer)
 
     # ---- compile and run -------------------------------------------------------------------
@@ -486,6 +483,16 @@ class PersistentKernel:
         if self.device.type == "cuda" and not self.test_mode:   # enqueue on the caller's stream, return
             stream = kwargs.get("default_stream") or torch.cuda.current_stream(self.device)
             return self._runtime.launch_async(stream.cuda_stream)
+        self.passes = passes = self._launch()
+        self._export_trace()
+        if self.test_mode:
+            if passes != 1:
+                raise MPKRuntimeError(f"test mode ran {passes} passes of the graph; expected exactly 1")
+            self._watched.check(self.meta_tensors)
+            self._watched.inplace.verify(self)       # outputs a layer also reads (written.InPlace)
+
+    def _launch(self) -> int:
+        """One launch on the guarded copies (test mode): the passes it ran."""
         if self._fences:
             self._fences.copy_in()
         try:
@@ -505,12 +512,7 @@ class PersistentKernel:
             raise
         if self._fences:
             self._fences.finish(self._runtime)
-        self.passes = passes
-        self._export_trace()
-        if self.test_mode:
-            if passes != 1:
-                raise MPKRuntimeError(f"test mode ran {passes} passes of the graph; expected exactly 1")
-            self._watched.check(self.meta_tensors)
+        return passes
 
     def _export_trace(self) -> None:
         if self.profile:      # as MPK: after every launch (several ranks: one file each)

@@ -19,8 +19,8 @@ def compiled_identity():
     return pk, y.data
 
 
-def is_poison(t: torch.Tensor) -> torch.Tensor:
-    return written._bits(t) == written.SENTINEL[t.element_size()]
+def is_poison(t: torch.Tensor, w: written.Watched) -> torch.Tensor:
+    return written._bits(t) == w.poison_of(w.regions[0][0])
 
 
 def test_whole_tensor_poison_and_check_name_the_tile():
@@ -28,14 +28,14 @@ def test_whole_tensor_poison_and_check_name_the_tile():
     w = written.Watched(pk.graph)
     assert len(w) == 4 and len(w.regions) == 1 and w.regions[0][1] is None     # one tensor, all of it
     w.poison()
-    assert bool(is_poison(y).all())
+    assert bool(is_poison(y, w).all())
     y.copy_(torch.ones(4, 4))
     w.check()                                                                   # everything written
     y[3, 1] = torch.nan                                                         # an ordinary NaN is written
     w.check()
     w.poison()
     y.copy_(torch.ones(4, 4))
-    written._bits(y)[3, 1] = written.SENTINEL[4]                                # one element never stored
+    written._bits(y)[3, 1] = w.poison_of(w.regions[0][0])                       # one element never stored
     with pytest.raises(MPKUnwrittenError) as e:
         w.check()
     print(e.value)
@@ -53,12 +53,12 @@ def test_a_partly_declared_tensor_is_poisoned_and_checked_only_where_declared():
     assert len(w) == 3 and mask is not None and int(mask.sum()) == 12 and not bool(mask[2:4, 2:4].any())
     y.fill_(5.0)
     w.poison()
-    assert bool(is_poison(y)[mask].all()) and bool((y[2:4, 2:4] == 5.0).all())   # outside: untouched
+    assert bool(is_poison(y, w)[mask].all()) and bool((y[2:4, 2:4] == 5.0).all())   # outside: untouched
     y[mask] = 1.0
     w.check()                                      # the undeclared tile may hold anything
-    written._bits(y)[2:4, 2:4] = written.SENTINEL[4]
+    written._bits(y)[2:4, 2:4] = w.poison_of(w.regions[0][0])
     w.check()
-    written._bits(y)[0, 3] = written.SENTINEL[4]
+    written._bits(y)[0, 3] = w.poison_of(w.regions[0][0])
     with pytest.raises(MPKUnwrittenError, match=r"layer 'identity_0' task \(1, 0, 0\): 1 of 4 elements of "
                                                 r"'y'\[0:2, 2:4\] unwritten"):
         w.check()

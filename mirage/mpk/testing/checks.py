@@ -6,7 +6,7 @@ from typing import Callable
 import torch
 
 from ..layers import DIFFERS_FROM_INPUT, FINITE, NONZERO
-from .diagnosis import _locate, _output_of, _serial_rerun, nan_note, tiling_warning, ue8m0_note
+from .diagnosis import _locate, _output_of, _serial_rerun, nan_note, poison_names, tiling_warning, ue8m0_note
 from .evidence import RMS_LIMIT, _fmt_index, _rms_line, compare, evidence, say
 from .inputs import seed
 from .keep import keep_failure
@@ -41,7 +41,8 @@ def assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: T
     head = f"'{name}' is not close ({str(actual.dtype).replace('torch.', '')}, {shape}){context}!\n"
     where = _locate(pk, actual, c) if pk is not None else ""
     gpu = actual.device.type == "cuda"
-    nans = nan_note(actual, c.bad, gpu)
+    whose = poison_names(pk, actual)
+    nans = nan_note(actual, c.bad, gpu, *whose)
     where += f"\nNaN: {nans}" if nans else ""
     found = _output_of(pk, actual) if pk is not None and reference_fn is not None else None
     where += ignored_scalar_hint(found[0], reference_fn, actual, tol) if found and found[0].scalars else ""
@@ -49,7 +50,7 @@ def assert_close(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: T
     if pk is not None:      # the values in the message above are this run's: the re-run restores them
         tail += keep_failure(pk, name)
         tail += _serial_rerun(pk, name, lambda: not compare(actual, expected, tol).passed,
-                              lambda: nan_note(actual, compare(actual, expected, tol).bad, gpu))
+                              lambda: nan_note(actual, compare(actual, expected, tol).bad, gpu, *whose))
     if n_bad:
         first = int(c.bad.flatten().nonzero()[0])
         idx = _fmt_index(first, shape)

@@ -8,8 +8,8 @@ from typing import Callable
 import torch
 
 from ..layers import AXES, storage
+from ..poisons import QUIET, is_poison
 from ..tensor import SYMMETRIC
-from ..written import SENTINEL
 from .evidence import RMS_LIMIT, Comparison, _fmt_index, _rms, compare, evidence, say
 from .keep import keep_failure
 from .tolerances import Tolerance
@@ -125,28 +125,43 @@ def assert_no_divergence(pk, references: dict[str, torch.Tensor], tolerances: di
 # (0xFFF8: from a bf16 slot). fp32 -> bf16 makes every NaN 0xFFFF: a bf16 output keeps no payload.
 _SMEM_NAN = {torch.float32: (0xFFFFFFFF, 0xFFFF0000, 0xFFFFE000), torch.float16: (0xFFFF, 0xFFF8)}
 _INT = {2: torch.int16, 4: torch.int32}
-_QUIET = {torch.float32: 0x00400000, torch.float16: 0x0200}    # a float op sets it on a signalling NaN
 
 
-def nan_note(actual: torch.Tensor, bad: torch.Tensor, gpu: bool = False) -> str:
+def poison_names(pk, actual: torch.Tensor) -> tuple[dict[int, str], str]:
+    """nan_note's poisons and own for `actual`, written by a test-mode run of pk (None: none known)."""
+    found = _output_of(pk, actual) if pk is not None and getattr(pk, "_watched", None) else None
+    if found is None:
+        return {}, ""
+    return pk._watched.names(actual.dtype), found[0].outputs[found[1]].tensor.name
+
+
+def nan_note(actual: torch.Tensor, bad: torch.Tensor, gpu: bool = False,
+             poisons: dict[int, str] | None = None, own: str = "") -> str:
     """What the NaNs among the mismatched elements (`bad`) carry, from their bits: the shared-memory
-    poison, the output poison (written.SENTINEL) as stored or quieted by arithmetic, no payload
-    (bf16, or a GPU, which keeps none), or a NaN the arithmetic made; "" when none is NaN."""
+    poison, an output poison (mirage/mpk/poisons.py: each tensor its own) as stored or quieted by
+    arithmetic, no payload (bf16, or a GPU, which keeps none), or a NaN the arithmetic made; "" when
+    none is NaN. poisons: {the run's poison bits (unsigned): tensor name}, to say whose poison it is;
+    own: the name of the tensor `actual` is (its own poison: never written)."""
     if actual.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         return ""
     nan, size, total = bad & actual.isnan(), actual.element_size(), int(bad.sum())
     if not bool(nan.any()):
         return ""
     bits = actual.view(_INT[size])[nan].long() & ((1 << 8 * size) - 1)
-    stored, dt = SENTINEL[size], actual.dtype
-    quiet = stored | _QUIET.get(dt, 0)
-    kinds = [(bits == stored, f"hold the output poison (0x{stored:X}): never written")]
-    if quiet != stored:
-        kinds.append((bits == quiet, f"are NaN with the output poison's payload quieted by arithmetic "
-                      f"(0x{quiet:X}): computed from an element read before its producer wrote it (a "
-                      f"missing dependency) or never written"))
-    lost = gpu or dt == torch.bfloat16
-    if lost:
+    dt, quiet = actual.dtype, QUIET[actual.dtype]
+    kinds = []
+    for pattern, name in sorted((poisons or {}).items()):
+        whose = ("its own output poison" if name == own else f"the output poison of tensor '{name}'")
+        how = ("never written" if name == own else f"copied from an element of '{name}' never written (read "
+               f"before its producer wrote it, or outside what any task writes)")
+        kinds.append((bits == pattern, f"hold {whose} (0x{pattern:X}): {how}"))
+        if dt != torch.bfloat16:
+            kinds.append((bits == pattern | quiet, f"are NaN with the payload of {whose}, quieted by "
+                          f"arithmetic (0x{pattern | quiet:X}): computed from an element of '{name}' read "
+                          f"before its producer wrote it (a missing dependency) or never written"))
+    kinds.append((is_poison(bits, dt), "hold an output poison (a signalling NaN): never written, or "
+                  "bit-copied from an element never written"))
+    if gpu or dt == torch.bfloat16:
         why = "a GPU keeps no NaN payload" if gpu else "fp32 -> bf16 makes every NaN 0xFFFF"
         kinds.append((torch.ones_like(bits, dtype=torch.bool), f"are NaN ({why}, so the payload cannot "
                       f"tell): often the shared-memory poison read before a barrier or never written"))
@@ -154,6 +169,9 @@ def nan_note(actual: torch.Tensor, bad: torch.Tensor, gpu: bool = False) -> str:
         kinds.append((torch.isin(bits, torch.tensor(_SMEM_NAN[dt], device=bits.device)),
                       "are NaN with the shared-memory poison's payload (0xFF bytes): a read before a "
                       "barrier, or of shared memory never written"))
+        kinds.append((is_poison(bits & ~quiet, dt) & (bits & quiet != 0), "are NaN with an output poison's "
+                      "payload quieted by arithmetic: computed from an element read before its producer "
+                      "wrote it (a missing dependency) or never written"))
         kinds.append((torch.ones_like(bits, dtype=torch.bool), "are NaN without a poison's payload: made by "
                       "the arithmetic (0/0, inf - inf, the square root of a negative)"))
     notes, left = [], torch.ones_like(bits, dtype=torch.bool)

@@ -30,7 +30,7 @@ from typing import Callable
 
 import torch
 
-from .. import abi, build, guard, written
+from .. import abi, build, guard, poisons
 from ..dtypes import to_dtype
 from ..errors import MPKFootprintError
 from ..graph import Task
@@ -41,13 +41,13 @@ from .diagnosis import nan_note, ue8m0_note
 from .evidence import RMS_LIMIT, Comparison, _fmt_index, _rms, compare, evidence, say
 from .inputs import seed as test_seed
 from .keep import keep_failure
+from .races import TsanReports, named_race
 from .tolerances import Tolerance
 
-# The two poisons, per element width: the first is test mode's output poison (written.SENTINEL, a NaN
-# no arithmetic produces); the second a finite value (0x41 bytes: 12.1 in fp32 and bf16, 2.63 in fp16,
-# 2.25 in e4m3), so that a value read from outside a tile changes the result whatever the kernel does.
-POISONS = (written.SENTINEL, {n: int("41" * n, 16) for n in (1, 2, 4, 8)})
-RED_FILL = (0xA5, 0x41)           # the red zones' bytes with each poison
+# The two poisons and the red zones' bytes are each tensor's own, and the run's (mirage/mpk/poisons.py):
+# the first a NaN no arithmetic produces (test mode's kind), the second finite, so that a value read from
+# outside a tile changes the result whatever the kernel does; a copy from one tensor's poison or red zone
+# into another's changes bytes there.
 SMEM_FILL = (0xFF, 0x41)          # the block's shared memory (static and dynamic) at its start, CPU
 # Each red zone: as large as the span, so a write a whole tile past either end lands in it (256 bytes,
 # a CUDA allocation's alignment, at least; 1 MiB at most).
@@ -167,7 +167,10 @@ class KernelRun:
                  f"{' ...' if len(tasks) > 16 else ''}"]
         if owner is not None:
             lines.append(self._harness.who_wrote(owner, name, idx))
-        note = nan_note(actual, bad & self.covered[name], gpu=actual.device.type == "cuda")
+        h, width = self._harness, actual.element_size()
+        whose = {h.poison(t, 0) & ((1 << 8 * width) - 1): t.name for t in h.table
+                 if t.data.dtype == actual.dtype}
+        note = nan_note(actual, bad & self.covered[name], actual.device.type == "cuda", whose, name)
         if note:
             lines.append(f"NaN: {note}")
         lines.append(f"Tolerance budget: {tol.why}; seed: MPK_SEED={test_seed()}")
@@ -195,6 +198,8 @@ class _Harness:
 
     def __init__(self, pk, layer: Layer, seed: int):
         self.pk, self.layer, self.seed = pk, layer, seed
+        self.salt = seed * 1000003 + test_seed()       # the run of poisons.poison / red_fill
+        self.races = TsanReports.open() if pk.device.type == "cpu" else None    # under MPK_SANITIZE=thread
         self.threads = pk.worker_threads
         self.table: list[DTensor] = pk._table()
         self.fences = pk._fences        # test mode's guarded copies (None on a GPU: red zones only)
@@ -211,14 +216,17 @@ class _Harness:
         """Run `task` from poison k: everything poison but its input tiles."""
         images = []
         for t, b, (reads, writable) in zip(self.table, self.buffers, self.footprint(task)):
-            slots = torch.full((b.span,), POISONS[k][b.itemsize], dtype=_INT[b.itemsize],
-                               device=b.slots.device)
+            slots = torch.full((b.span,), self.poison(t, k), dtype=_INT[b.itemsize], device=b.slots.device)
             # as integers: a bit copy, and torch indexes every integer type (not uint32 and others)
             view, data = slots.as_strided(b.shape, b.strides, b.lead), t.data.view(_INT[b.itemsize])
             for part in reads:
                 view[part] = data[part]
-            images.append(_Image(slots, RED_FILL[k], writable))
+            images.append(_Image(slots, poisons.red_fill(t.id, self.salt, k), writable))
         return images
+
+    def poison(self, t: DTensor, k: int) -> int:
+        """Tensor t's poison k in this run (poisons.poison: an integer of its width)."""
+        return poisons.poison(t.data.dtype, t.id, self.salt, k)
 
     def footprint(self, task: Task) -> list[tuple[list, torch.Tensor | None]]:
         """Per tensor of the table: the parts of it the task reads (self.part of each input tile) and the
@@ -265,9 +273,23 @@ class _Harness:
             b.slots.copy_(im.slots)
             for zone in b.red_zones():
                 zone.fill_(im.red)
+        if self.races is not None:
+            self.races.arm()
         thread = self.runtime.run_task(task.id, seed, self.pointers, watch, smem)
         self.check_guard_pages(task)
+        for report in self.races.new() if self.races is not None else ():
+            found = named_race(report, self.locate)
+            if found:
+                raise MPKFootprintError(f"{self.where(task)} {found}")
         return thread
+
+    def locate(self, address: int) -> str:
+        """The element of the run's tensors at this address (_describe), or "" (not in a span)."""
+        for t, b in zip(self.table, self.buffers):
+            lo = b.slots.data_ptr()
+            if lo <= address < lo + b.span * b.itemsize:
+                return _describe(t, b, torch.tensor([(address - lo) // b.itemsize], device=b.slots.device))
+        return ""
 
     def check_guard_pages(self, task: Task) -> None:
         """An access the guard-page handler recorded (csrc/runtime/guard.h: far past a red zone) is an
@@ -528,7 +550,7 @@ def _collect(h: _Harness, layer: Layer, tasks: list[Task], results: dict, dts: d
         b = h.buffers[i]
         out = torch.empty(b.shape, dtype=t.data.dtype, device=t.data.device)
         bits = out.view(_INT[b.itemsize])            # (integer views: bit copies any dtype can take)
-        bits.fill_(POISONS[0][b.itemsize])
+        bits.fill_(h.poison(t, 0))
         cover = torch.zeros(b.shape, dtype=torch.bool, device=t.data.device)
         for task in tasks:
             got = results[task.id][i].as_strided(b.shape, b.strides, b.lead)

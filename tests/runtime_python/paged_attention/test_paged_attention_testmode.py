@@ -25,7 +25,7 @@ import torch
 
 from mirage.mpk import testing
 from mirage.mpk.persistent_kernel import PersistentKernel
-from mirage.mpk.written import SENTINEL
+from mirage.mpk.poisons import is_poison
 
 ref = testing.load_reference(__file__)
 
@@ -103,7 +103,7 @@ def run_case(dtype, hq, hkv, d, ps, prompts, steps, opts, max_seq, batch, slots,
     testing.assert_close(name, out, torch.cat([expected[:rows], torch.full_like(expected[rows:], torch.nan)]),
                          tol, pk=pk)
     testing.check_nonvacuous(name, out[:rows], pk.layers[0].checks, reference=expected[:rows])
-    untouched = out[rows:].view(BITS[out.element_size()]) == SENTINEL[out.element_size()]
+    untouched = is_poison(out[rows:].view(BITS[out.element_size()]), out.dtype)
     assert bool(untouched.all()), f"{name}: rows {rows}.. of the output (past the batch) were written"
     testing.say(f"UNTOUCHED {name} output rows {rows}..{batch - 1}: still test mode's poison PASS")
     check_cache(name, local, before, expect_meta, hq // world.size, full, world, d, dtype)

@@ -22,7 +22,7 @@ import torch
 from mirage.mpk import testing
 from mirage.mpk.layers.moe_w13_linear import moe_grid
 from mirage.mpk.persistent_kernel import PersistentKernel
-from mirage.mpk.written import SENTINEL
+from mirage.mpk.poisons import is_poison
 
 # ---- routing ---------------------------------------------------------------------------------
 
@@ -127,7 +127,7 @@ def refuses(layer: str, change: dict, message: str, x=(3, 64), w=(8, 16, 64), ro
 def poisoned(out: torch.Tensor) -> torch.Tensor:
     """[B, topk]: the (token, slot) rows still wholly holding test mode's poison."""
     bits = out.view({2: torch.int16, 4: torch.int32}[out.element_size()])
-    return (bits == SENTINEL[out.element_size()]).all(-1)
+    return is_poison(bits, out.dtype).all(-1)
 
 
 def check_claimed(name: str, pk, out, expected, claimed, tol, inputs) -> None:

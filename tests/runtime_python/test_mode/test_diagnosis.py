@@ -71,9 +71,11 @@ def test_dropped_dependency_is_a_race():
            "(output 'out': " in str(e.value)
     assert "tiles: (0, 0, 0): " in str(e.value), "the task that lost its dependency"
     # it added r to z's output poison before linear_1 wrote z: the quieted payload says so
-    assert "\nNaN: 72 of the 72 mismatched elements are NaN with the output poison's payload quieted by " \
-           "arithmetic (0x7FE5A5A5): computed from an element read before its producer wrote it (a missing " \
-           "dependency) or never written\n" in str(e.value)
+    assert re.search(r"\nNaN: 72 of the 72 mismatched elements are NaN with the payload of the output "
+                     r"poison of tensor 'z', quieted by arithmetic \(0x7FE5[0-9A-F]{4}\): computed from an "
+                     r"element of 'z' read before its producer wrote it \(a missing dependency\) or never "
+                     r"written\n",
+                     str(e.value)), str(e.value)
 
 
 def test_one_worker_in_event_order_is_not_serial_enough():
@@ -139,27 +141,40 @@ def bits_of(values, dtype):
 
 
 def test_nan_note_tells_each_poison_from_an_arithmetic_nan():
-    """Each bit pattern in its class; a NaN 0/0 makes is none of the poisons (negative control), and
-    mismatches without a NaN get no note."""
-    fp32 = torch.cat([bits_of([0xFFFFFFFF, 0xFFFF0000, 0x7FA5A5A5, 0x7FE5A5A5], torch.float32),
-                      torch.zeros(1) / 0, torch.ones(1)])
-    note = testing.nan_note(fp32, torch.ones(6, dtype=torch.bool))
+    """Each bit pattern in its class: with the run's poisons known, whose poison (the tensor's own:
+    never written; another tensor's: copied from it), else the poisons' family (mirage/mpk/poisons.py);
+    a NaN 0/0 makes is none of the poisons (negative control), and mismatches without a NaN get no note."""
+    fp32 = torch.cat([bits_of([0xFFFFFFFF, 0xFFFF0000, 0x7FA5A5A5, 0x7FE5A5A5, 0x7FA51234, 0x7FA50042],
+                              torch.float32), torch.zeros(1) / 0, torch.ones(1)])
+    note = testing.nan_note(fp32, torch.ones(8, dtype=torch.bool), poisons={0x7FA5A5A5: "y", 0x7FA51234: "x"},
+                            own="y")
     print(f"NOTE fp32: {note}")
-    assert note == ("1 of the 6 mismatched elements hold the output poison (0x7FA5A5A5): never written; "
-                    "1 of the 6 mismatched elements are NaN with the output poison's payload quieted by "
-                    "arithmetic (0x7FE5A5A5): computed from an element read before its producer wrote it (a "
-                    "missing dependency) or never written; "
-                    f"2 of the 6 mismatched elements {SMEM}; "
-                    "1 of the 6 mismatched elements are NaN without a poison's payload: made by the "
+    copied = ("copied from an element of 'x' never written (read before its producer wrote it, or outside "
+              "what any task writes)")
+    family = ("hold an output poison (a signalling NaN): never written, or bit-copied from an element never "
+              "written")
+    quieted = ("are NaN with an output poison's payload quieted by arithmetic: computed from an element read "
+               "before its producer wrote it (a missing dependency) or never written")
+    assert note == ("1 of the 8 mismatched elements hold the output poison of tensor 'x' (0x7FA51234): "
+                    f"{copied}; "
+                    "1 of the 8 mismatched elements hold its own output poison (0x7FA5A5A5): never written; "
+                    "1 of the 8 mismatched elements are NaN with the payload of its own output poison, "
+                    "quieted by arithmetic (0x7FE5A5A5): computed from an element of 'y' read before its "
+                    "producer wrote it (a missing dependency) or never written; "
+                    f"1 of the 8 mismatched elements {family}; 2 of the 8 mismatched elements {SMEM}; "
+                    "1 of the 8 mismatched elements are NaN without a poison's payload: made by the "
                     "arithmetic (0/0, inf - inf, the square root of a negative)"), note
-    fp16 = torch.cat([bits_of([0xFFFF, 0x7FA5], torch.float16), torch.zeros(1, dtype=torch.float16) / 0])
-    assert testing.nan_note(fp16, torch.ones(3, dtype=torch.bool)).count("of the 3 mismatched") == 3
+    note = testing.nan_note(fp32[:4], torch.ones(4, dtype=torch.bool))       # no run known: the family
+    assert note == (f"1 of the 4 mismatched elements {family}; 2 of the 4 mismatched elements {SMEM}; "
+                    f"1 of the 4 mismatched elements {quieted}"), note
+    fp16 = torch.cat([bits_of([0xFFFF, 0x7C25, 0x7E25], torch.float16),
+                      torch.zeros(1, dtype=torch.float16) / 0])
+    assert testing.nan_note(fp16, torch.ones(4, dtype=torch.bool)).count("of the 4 mismatched") == 4
     bf16 = torch.cat([bits_of([0xFFFF, 0x7FA5], torch.bfloat16)])
     assert testing.nan_note(bf16, torch.ones(2, dtype=torch.bool)) == (
-        "1 of the 2 mismatched elements hold the output poison (0x7FA5): never written; "
-        f"1 of the 2 mismatched elements {NO_PAYLOAD}")
+        f"1 of the 2 mismatched elements {family}; 1 of the 2 mismatched elements {NO_PAYLOAD}")
     assert testing.nan_note(torch.ones(3), torch.ones(3, dtype=torch.bool)) == ""
-    assert testing.nan_note(fp32, torch.zeros(6, dtype=torch.bool)) == "", "only mismatched elements count"
+    assert testing.nan_note(fp32, torch.zeros(8, dtype=torch.bool)) == "", "only mismatched elements count"
 
 
 # ---- a failing case keeps its files (testing.keep_failure)
