@@ -19,7 +19,7 @@ write into another task's elements is already a named error without a race (docs
 
 Negative control: splitk_linear's fp32 atomicAdd replaced by a plain read-modify-write (`*p += sum`) in a
 scratch copy of csrc/ (MPK_CSRC_DIR): the same fp32 contention case is a reported data race at that line
-of splitk_linear.cuh, which fails the verdict (its values pass: 0 of 30 seeds lost an update without
+of splitk_linear.cuh, which fails the verdict (its values pass: 0 of 40 seeds lost an update without
 the sanitizer). The other survivor of the mutation run, the bf16 CAS without its retry, is no race (every
 access is atomic): test_splitk_linear_controls.py's control (d) fails it by value under contention.
 

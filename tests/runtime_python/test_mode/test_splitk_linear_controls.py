@@ -17,7 +17,7 @@ the control fails, so a rewritten kernel must update it rather than make it vacu
       3 launches; the emulated atomics pause between load and swap under jitter, docs/runtime.md) fails
       its comparison. Measured: every one of 40 seeds failed on the first launch (0 of 40 with the pause
       switched off: two tasks' adds then collide only within nanoseconds). The other race, a plain
-      read-modify-write in place of the fp32 atomicAdd, loses nothing a value check sees (0 of 30 seeds):
+      read-modify-write in place of the fp32 atomicAdd, loses nothing a value check sees (0 of 40 seeds):
       ThreadSanitizer names it (test_shared_tile_races.py).
 
 Run: pytest -s tests/runtime_python/test_mode/test_splitk_linear_controls.py
