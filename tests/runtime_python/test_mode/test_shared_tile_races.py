@@ -13,9 +13,9 @@ project's. The cases' variants are those of the layers' quick kernel-level cases
 (splitk_linear bf16), so the suite's shared cache builds them once for both TSan runs.
 
 Layers whose tasks share a tile BY_REQUEST (paged attention, the MoE linears, UE8M0 quantize) are not
-run here: their tasks write disjoint elements (Layer.live), each task's writes are held to its own
-elements by the kernel-level footprint check, and test mode checks the live parts are disjoint, so a
-write into another task's elements is already a named error without a race (docs/sanitizers.md).
+run here: by design their tasks write disjoint elements (Layer.live: a request's rows and pages, an
+expert's slots), and the kernel-level footprint check holds each task's writes to its own live part, so
+a kernel writing another task's element is a named error without two tasks meeting (docs/sanitizers.md).
 
 Negative control: splitk_linear's fp32 atomicAdd replaced by a plain read-modify-write (`*p += sum`) in a
 scratch copy of csrc/ (MPK_CSRC_DIR): the same fp32 contention case is a reported data race at that line
