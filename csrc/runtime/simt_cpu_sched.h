@@ -50,7 +50,8 @@ struct Block {
     // Forced contention on the emulated atomics (the executor's worker blocks under schedule jitter,
     // host_cpu.h): a thread pauses, by a seeded draw, between an atomic's load and its compare-and-swap
     // (atomic_window, simt_cpu_sync.h), so another worker's update of the same word lands in between and
-    // a kernel's compare-and-swap that does not retry loses an update (docs/simt.md, "Atomics").
+    // a kernel's compare-and-swap that does not retry loses an update (docs/simt.md, "Atomics under
+    // contention").
     bool contend = false;
 };
 
