@@ -226,8 +226,9 @@ inline void run_block_of(Kernel& k, int32_t index, uint64_t launch) {
     try {
         if (index < W) {  // task code runs here: faults on guard pages are reported (guard.h)
             const guard::ThreadScope scope(k.guard, &k.workers[size_t(index)].task, -1, index);
-            simt::run_block(simt::Block{k.cfg.worker_threads, size_t(k.cfg.smem_bytes), seed},
-                            [&k, index] { k.worker_body(k.st, index); });
+            simt::Block block{k.cfg.worker_threads, size_t(k.cfg.smem_bytes), seed};
+            block.contend = k.cfg.jitter != 0;  // the tasks' atomics pause (docs/runtime.md, Schedule jitter)
+            simt::run_block(block, [&k, index] { k.worker_body(k.st, index); });
         } else {
             simt::run_block(simt::Block{32, 0, seed}, [&k, index, W] {
                 if (threadIdx.x == 0) exec::scheduler_loop(k.st, index - W);

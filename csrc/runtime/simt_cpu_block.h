@@ -37,6 +37,7 @@ inline void run(const Block& b, void (*fn)(void*), void* arg) {
     s.fn = fn;
     s.arg = arg;
     s.rng = ::mpk::splitmix64(b.seed) | 1;
+    s.contend = b.contend;
     s.cur_warp = -1;
     s.ahead = nullptr;
     s.yielded = s.exited = 0;
@@ -55,6 +56,7 @@ inline void run(const Block& b, void (*fn)(void*), void* arg) {
         f.st = St::Ready;
         f.started = false;
         f.atomics = 0;
+        f.contend_rng = b.contend ? ::mpk::splitmix64(b.seed ^ uint64_t(i + 1) * 0xD1B54A32D192ED03ull) | 1 : 1;
         f.asan_fake = nullptr;
 #if MPK_SIMT_ASAN
         // the frames a previous block's fiber never returned from (its exit path)

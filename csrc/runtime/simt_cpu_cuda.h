@@ -153,6 +153,7 @@ template <class T> inline T atomic_update(T* p, T (*f)(T, T), T v) {
     T old = __atomic_load_n(p, __ATOMIC_RELAXED), want;
     do {
         want = f(old, v);
+        atomic_window();
     } while (!__atomic_compare_exchange(p, &old, &want, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
     return old;
 }
@@ -162,6 +163,7 @@ template <class T> inline T atomic_update_fp(T* p, T v) {  // float / double add
     __atomic_load(p, &old, __ATOMIC_RELAXED);
     do {
         want = old + v;
+        atomic_window();
     } while (!__atomic_compare_exchange(p, &old, &want, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
     return old;
 }
@@ -202,6 +204,7 @@ inline unsigned atomicDec(unsigned* p, unsigned v) {
 }
 template <class T> inline ::mpk::simt::detail::if_int<T> atomicCAS(T* p, T compare, T v) {
     ::mpk::simt::detail::atomic_tick();
+    ::mpk::simt::detail::atomic_window();  // after the kernel's read of *p, before the swap
     __atomic_compare_exchange_n(p, &compare, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     return compare;  // the old value either way
 }

@@ -47,6 +47,12 @@ struct Block {
     // dtype); a kernel-level run's second poison uses another, so a read of shared memory the block
     // never wrote changes the result (mirage/mpk/testing/kernel.py).
     unsigned char smem_fill = 0xFF;
+    // Forced contention on the emulated atomics (the executor's worker blocks under schedule jitter,
+    // host_cpu.h): a thread pauses, by a seeded draw, between an atomic's load and its compare-and-swap
+    // (atomic_window, simt_cpu_sync.h), so another worker's update of the same word lands in between and
+    // a kernel's compare-and-swap that does not retry loses an update (docs/simt.md, "Atomics under
+    // contention").
+    bool contend = false;
 };
 
 // Any SIMT violation in a block, thrown by run_block on the caller's stack.
@@ -103,6 +109,7 @@ struct alignas(64) Fiber {
     void* tsan;          // TSan fiber
     void* asan_fake;     // ASan fake stack while switched out
     uint32_t sync_mask, sync_par, par;  // TSan __syncwarp: lanes and their cell parities
+    uint64_t contend_rng;  // its atomics' pauses (Block::contend; atomic_window)
 #if MPK_SIMT_UCONTEXT
     ucontext_t uc;
 #endif
@@ -139,6 +146,7 @@ struct Sched {
     bool serial = false;
     int yielded = 0, exited = 0;
     uint64_t rng = 1;
+    bool contend = false;        // Block::contend
     // barrier
     int at_barrier = 0, bar_true = 0;
     bool bar_divergent = false;

@@ -8,6 +8,7 @@
 #endif
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include <string>
 #include <type_traits>
 #include "simt_cpu_sched.h"
@@ -298,6 +299,25 @@ inline void yield_now() {
 inline void atomic_tick() {
     Sched* s = tl.s;
     if (s && s->cur != &s->main && ++s->cur->atomics >= kSpinAtomics) yield_now();
+}
+// Between an emulated atomic's load and its compare-and-swap (simt_cpu_cuda.h: atomicCAS, whose load
+// is the kernel's previous read of the word, and the CAS loops of the float and min/max RMWs), when
+// the block contends (Block::contend: the executor's workers under schedule jitter): about half the
+// time a pause of 1 to 64 us, drawn from the thread's own xorshift (seeded from the block's seed).
+// The whole OS thread sleeps (its fibers with it), so other workers run and their updates of the
+// same word land inside the window: a lost update or a missing retry becomes a wrong value, where
+// the collision window of a plain run is a few nanoseconds that the jitter's task delays never hit.
+inline void atomic_window() {
+    Sched* s = tl.s;
+    if (!s || !s->contend || s->cur == &s->main) return;
+    uint64_t x = s->cur->contend_rng;  // its own fiber's: no other thread touches it
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    s->cur->contend_rng = x;
+    if (x & 1) return;
+    struct timespec ts = {0, long(1 + (x >> 8) % 64) * 1000};
+    nanosleep(&ts, nullptr);
 }
 }  // namespace detail
 #pragma GCC visibility pop

@@ -731,6 +731,40 @@ static void test_os_threads() {
     report("4 OS threads x 40 blocks, independent", before);
 }
 
+// ---- contention (Block::contend; docs/simt.md, "Atomics under contention")
+
+// Two OS threads' blocks add 1 to one word, 8 times per thread, through atomicCAS: kRetry the usual
+// loop, else one try (a lost update whenever the other block's swap lands between the read and ours).
+template <bool kRetry> static unsigned contended_count(bool contend, uint64_t seed) {
+    unsigned word = 0;
+    std::vector<std::thread> threads;
+    for (int k = 0; k < 2; ++k)
+        threads.emplace_back([&, k] {
+            Block b{32, 0, seed * 2 + uint64_t(k)};
+            b.contend = contend;
+            run_block(b, [&] {
+                for (int i = 0; i < 8; ++i) {
+                    unsigned old = atomicCAS(&word, 0u, 0u), assumed;
+                    do {
+                        assumed = old;
+                        old = atomicCAS(&word, assumed, assumed + 1);
+                    } while (kRetry && old != assumed);
+                }
+            });
+        });
+    for (auto& t : threads) t.join();
+    return word;
+}
+static void test_contended_atomics() {
+    const int before = g_failures;
+    const unsigned want = 2 * 32 * 8;
+    const unsigned loop = contended_count<true>(true, 1), once = contended_count<false>(true, 1);
+    CHECK(loop == want, "the CAS loop under contention counted %u of %u", loop, want);
+    CHECK(once < want, "one CAS try lost no update under contention (%u of %u): the pause is off", once, want);
+    printf("  contention: the CAS loop %u of %u, one try %u of %u\n", loop, want, once, want);
+    report("atomics under contention: the CAS loop exact, one try loses updates", before);
+}
+
 // ---- negative controls (docs/simt.md): each broken kernel fails, its fixed version passes
 
 // (1) a missing barrier between a shared-memory write and a read of another thread's value
@@ -947,6 +981,7 @@ int main(int argc, char** argv) {
     test_atomics_and_yield();
     test_errors();
     test_os_threads();
+    test_contended_atomics();
     if (!kTsan) test_control_missing_barrier();  // racy by design: run as `tsan-race` under TSan
     test_control_barrier_in_branch();
     test_control_divergent_shuffle();

@@ -19,8 +19,11 @@ residual added: add_residual = 1):
   - the stated summation order: the bits depend on K, the dtype and the path only, not on the grid's
     split nor on the block size: every case's bits at 128 threads equal those of one task over the whole
     output at 256 (as tests/csrc/test_kernels_linear.cpp checks; every tile of a case takes the same path).
-Not here: add_residual = 0 (ranks other than 0 of a multi-rank run; run_tasks builds a one-rank kernel):
-test_linear_with_residual_testmode.py's mpirun job and tests/csrc/test_kernels_linear.cpp cover it.
+Another rank's parameters: the layer declared as rank 1 of 2 (add_residual = 0: only rank 0 adds the
+residual, so the allreduce after it counts it once) gives y = x @ W^T, in every dtype (the run itself is
+one process; as_rank). A kernel adding the residual whatever its flag says passes every rank-0 case and
+fails this one (test_mode/test_rank_flag_controls.py). The multi-rank run: the testmode file's mpirun job;
+tests/csrc/test_kernels_linear.cpp also runs add_residual = 0.
 
 Run: python tests/runtime_python/linear_with_residual/test_linear_with_residual.py
      (or pytest this file; -k to pick cases)
@@ -105,19 +108,33 @@ def inputs(dtype, batch, k, n, offset, x_layout=None, w_layout=None, r_layout=No
     return x, w, residual, out
 
 
-def run_kernel(dtype, x, w, residual, out, grid, coords, target_cc):
-    """run_tasks over linear_with_residual's tasks, then the evidence over the tiles of the tasks that
-    ran."""
+def as_rank(rank: int, world_size: int, layer_call):
+    """layer_call, the layer declared as rank `rank` of `world_size` declares it (its module reads
+    pk.mpi_rank and pk.world_size for the rank flag); the kernel-level run stays one process, no MPI."""
+    def call(pk, t):
+        saved = pk.mpi_rank, pk.world_size
+        pk.mpi_rank, pk.world_size = rank, world_size
+        try:
+            layer_call(pk, t)
+        finally:
+            pk.mpi_rank, pk.world_size = saved
+    return call
+
+
+def run_kernel(dtype, x, w, residual, out, grid, coords, target_cc, rank=(0, 1)):
+    """run_tasks over linear_with_residual's tasks (the layer as rank rank[0] of rank[1] declares it), then
+    the evidence over the tiles of the tasks that ran."""
     run = testing.run_tasks(
-        lambda pk, t: pk.linear_with_residual_layer(input=t["x"], weight=t["w"], residual=t["residual"],
-                                                    output=t["out"], grid_dim=(grid[0], grid[1], 1),
-                                                    block_dim=block_dim(target_cc)),
+        as_rank(*rank, lambda pk, t: pk.linear_with_residual_layer(
+            input=t["x"], weight=t["w"], residual=t["residual"], output=t["out"],
+            grid_dim=(grid[0], grid[1], 1), block_dim=block_dim(target_cc))),
         {"x": x, "w": w, "residual": residual, "out": out}, coords=coords, target_cc=target_cc)
-    assert run.layer.params["add_residual"], "run_tasks builds one rank: rank 0 adds the residual"
-    scale = x.double().abs() @ w.double().abs().T + residual.double().abs()
+    add = run.layer.params["add_residual"]
+    assert add == (rank[0] == 0), f"rank {rank[0]} of {rank[1]}: add_residual = {add}; only rank 0 adds it"
+    scale = x.double().abs() @ w.double().abs().T + residual.double().abs() * add
     # the budget of test_linear_with_residual_testmode.py: k = K + 1 fp32 terms (the residual last)
     tol = testing.tol_linear(dtype, x.shape[1] + 1, scale)
-    run.check("out", ref.linear_with_residual(x, w, residual), tol, inputs=(x, w, residual))
+    run.check("out", ref.linear_with_residual(x, w, residual, add), tol, inputs=(x, w, residual))
     return run
 
 
@@ -142,6 +159,14 @@ def test_linear_with_residual_kernel_strided(dtype, what, batch, k, n, grid, x_l
     run = run_kernel(dtype, *tensors, grid, None, target_cc)
     check_split_and_block_invariance(dtype, run, *tensors, target_cc)
 
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+def test_linear_with_residual_kernel_other_rank(dtype, rank=(1, 2)):
+    """Rank 1 of 2: add_residual = 0, y = x @ W^T (the residual random and non-zero: adding it fails)."""
+    batch, k, n, grid, _ = SHAPES[1]       # 13 rows: the row chunks 8 + 4 + 1 each skip the residual
+    tensors = inputs(dtype, batch, k, n, offset=batch * 100003 + k * 1009 + n + 7)
+    run_kernel(dtype, *tensors, grid, None, 80, rank=rank)   # rank (0, 1): the same at rank 0
 
 
 @pytest.mark.quick

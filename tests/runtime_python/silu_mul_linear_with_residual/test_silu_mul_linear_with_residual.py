@@ -9,7 +9,10 @@ split, one task over all of hidden; a strided view (x a column block of a wider 
 padded); the bits equal one task over the whole output at 256 threads (linear.cuh's summation order).
 Budget: tol_linear over I + 1 fp32 terms plus silu_mul's 8 fp32 ops per h and h's rounding to the dtype
 (input_rounding), scale |h| @ |W|^T + |residual| (docs/tolerances.md).
-Not here: add_residual = 0 (other ranks): test_silu_mul_linear_with_residual_testmode.py's mpirun job.
+Another rank's parameters: the layer declared as rank 1 of 2 (add_residual = 0: only rank 0 adds the
+residual, so the allreduce after it counts it once) gives y = h @ W^T, in every dtype (the run itself is
+one process; as_rank). A kernel adding the residual whatever its flag says passes every rank-0 case and
+fails this one (test_mode/test_rank_flag_controls.py). The multi-rank run: the testmode file's mpirun job.
 
 Run: python tests/runtime_python/silu_mul_linear_with_residual/test_silu_mul_linear_with_residual.py
 """
@@ -47,15 +50,29 @@ def inputs(dtype, batch, i, n, offset, x_layout=None, r_layout=None):
     return x, w, residual, torch.zeros(batch, n, dtype=dtype)
 
 
-def run_kernel(dtype, x, w, residual, out, grid, coords, target_cc):
+def as_rank(rank: int, world_size: int, layer_call):
+    """layer_call, the layer declared as rank `rank` of `world_size` declares it (its module reads
+    pk.mpi_rank and pk.world_size for the rank flag); the kernel-level run stays one process, no MPI."""
+    def call(pk, t):
+        saved = pk.mpi_rank, pk.world_size
+        pk.mpi_rank, pk.world_size = rank, world_size
+        try:
+            layer_call(pk, t)
+        finally:
+            pk.mpi_rank, pk.world_size = saved
+    return call
+
+
+def run_kernel(dtype, x, w, residual, out, grid, coords, target_cc, rank=(0, 1)):
     run = testing.run_tasks(
-        lambda pk, t: pk.silu_mul_linear_with_residual_layer(
+        as_rank(*rank, lambda pk, t: pk.silu_mul_linear_with_residual_layer(
             input=t["x"], weight=t["w"], residual=t["residual"], output=t["out"], grid_dim=(grid, 1, 1),
-            block_dim=testing.worker_block_dim(target_cc)),
+            block_dim=testing.worker_block_dim(target_cc))),
         {"x": x, "w": w, "residual": residual, "out": out}, coords=coords, target_cc=target_cc)
-    assert run.layer.params["add_residual"], "run_tasks builds one rank: rank 0 adds the residual"
-    run.check("out", ref.silu_mul_linear_with_residual(x, w, residual), budget(dtype, x, w, residual),
-              inputs=(x, w, residual))
+    add = run.layer.params["add_residual"]
+    assert add == (rank[0] == 0), f"rank {rank[0]} of {rank[1]}: add_residual = {add}; only rank 0 adds it"
+    run.check("out", ref.silu_mul_linear_with_residual(x, w, residual, add),
+              budget(dtype, x, w, residual, add), inputs=(x, w, residual))
     return run
 
 
@@ -83,6 +100,14 @@ def test_silu_mul_linear_with_residual_kernel_strided(dtype, target_cc):
     assert not tensors[0].is_contiguous() and not tensors[2].is_contiguous()
     run = run_kernel(dtype, *tensors, 3, None, target_cc)
     check_invariance(dtype, run, *tensors[:3], target_cc)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d)[6:])
+def test_silu_mul_linear_with_residual_kernel_other_rank(dtype, rank=(1, 2)):
+    """Rank 1 of 2: add_residual = 0, y = h @ W^T (the residual random and non-zero: adding it fails)."""
+    batch, i, n, grid, _ = SHAPES[0]
+    tensors = inputs(dtype, batch, i, n, offset=batch * 100003 + i * 1009 + n)
+    run_kernel(dtype, *tensors, grid, None, 80, rank=rank)   # rank (0, 1): the same at rank 0
 
 
 @pytest.mark.quick

@@ -34,7 +34,18 @@ CASES = [
 ]
 
 
-def run_case(dtype, batch, k, n, grid, jitter, output_dir=None, world=testing.ONE_RANK):
+# Contention (docs/runtime.md, "Schedule jitter"): 16 K slices add into one tile of 2 x 4 (bf16: two
+# 32-bit CAS words per row), launched LAUNCHES times, each pass checked. Under jitter the emulated atomics
+# pause between their load and their compare-and-swap, so the 16 tasks' adds collide: a CAS tried once
+# without a retry loses updates (test_splitk_linear_controls.py, control (d)), and these are the cases
+# test_shared_tile_races.py runs under ThreadSanitizer (marker `race`), where a plain read-modify-write
+# in place of the atomic add is a reported race.
+CONTENTION = (2, 1024, 4, (1, 16))
+CONTENTION_DTYPES = [torch.bfloat16, torch.float32]
+LAUNCHES = 3
+
+
+def run_case(dtype, batch, k, n, grid, jitter, output_dir=None, world=testing.ONE_RANK, launches=1):
     gen = testing.generator(offset=batch * 100003 + k * 1009 + n + 13)     # the same on every rank
     x_full = testing.randn((batch, k), dtype, gen)
     w_full = testing.randn((n, k), dtype, gen, scale=k ** -0.5)
@@ -53,29 +64,38 @@ def run_case(dtype, batch, k, n, grid, jitter, output_dir=None, world=testing.ON
         pk.allreduce_layer(input=out_dt, buffer=buf, output=pk.attach_input(summed, name="summed"),
                            grid_dim=(grid[0], 1, 1), block_dim=(128, 1, 1))
     pk.compile(output_dir=output_dir)
-    pk()
+
+    def check(tag: str) -> None:
+        """One pass's checks: this rank's output; several ranks: the allreduce and the unsharded sum."""
+        splits, k_local = grid[1], x.shape[1]
+        acc = y0.double().abs() + sum(p.abs() for p in ref.partials(x, w, splits))
+        scale = x.double().abs() @ w.double().abs().T
+        tol = testing.tol_splitk_linear(dtype, k_local // splits, splits, scale, acc)
+        name = f"splitk_linear[{str(dtype)[6:]},{batch}x{k}->{n},grid={grid},jitter={jitter}{world.tag}{tag}]"
+        testing.check_output(name, out, ref.splitk_linear(x, w, y0), tol, pk.layers[0].checks, (x, w, y0),
+                             pk=pk)
+        if summed is not None:
+            parts = world.gather(out.clone())
+            # the allreduce, on the outputs the ranks computed: W terms (the tight per-layer check)
+            tol = testing.tolerance(dtype, k=world.size, scale=sum(p.double().abs() for p in parts))
+            testing.check_output(f"{name}.allreduce", summed, ALLREDUCE.allreduce(parts), tol,
+                                 pk.layers[1].checks, (out,), pk=pk)
+            # end to end, the unsharded layer: the ranks' partials over k_local / splits terms each and
+            # every rank's `splits` adds (acc summed over the ranks), one more add per rank for its output's
+            # rounding, which the allreduce's sum carries, and the allreduce's W fp32 adds and rounding (both
+            # <= the acc_scale sum): adds = splits + 1 + W
+            accs = world.gather(acc)
+            tol = testing.tol_splitk_linear(dtype, k_local // splits, splits + 1 + world.size,
+                                            x_full.double().abs() @ w_full.double().abs().T, sum(accs))
+            testing.check_output(f"{name}.unsharded", summed, ref.splitk_linear(x_full, w_full, y0_full), tol,
+                                 pk.layers[1].checks, (out, y0_full), pk=pk)
+
+    for launch in range(launches):       # each launch from y_0 again: the same sum, another schedule
+        if launch:
+            out.copy_(y0)
+        pk()
+        check(f",launch={launch + 1}/{launches}" if launches > 1 else "")
     pk.finalize()
-    splits, k_local = grid[1], x.shape[1]
-    acc = y0.double().abs() + sum(p.abs() for p in ref.partials(x, w, splits))
-    scale = x.double().abs() @ w.double().abs().T
-    tol = testing.tol_splitk_linear(dtype, k_local // splits, splits, scale, acc)
-    name = f"splitk_linear[{str(dtype)[6:]},{batch}x{k}->{n},grid={grid},jitter={jitter}{world.tag}]"
-    testing.check_output(name, out, ref.splitk_linear(x, w, y0), tol, pk.layers[0].checks, (x, w, y0), pk=pk)
-    if summed is not None:
-        parts = world.gather(out.clone())
-        # the allreduce, on the outputs the ranks computed: W terms (the tight per-layer check)
-        tol = testing.tolerance(dtype, k=world.size, scale=sum(p.double().abs() for p in parts))
-        testing.check_output(f"{name}.allreduce", summed, ALLREDUCE.allreduce(parts), tol,
-                             pk.layers[1].checks, (out,), pk=pk)
-        # end to end, the unsharded layer: the ranks' partials over k_local / splits terms each and every
-        # rank's `splits` adds (acc summed over the ranks), one more add per rank for its output's rounding,
-        # which the allreduce's sum carries, and the allreduce's W fp32 adds and rounding (both <= the
-        # acc_scale sum): adds = splits + 1 + W
-        accs = world.gather(acc)
-        tol = testing.tol_splitk_linear(dtype, k_local // splits, splits + 1 + world.size,
-                                        x_full.double().abs() @ w_full.double().abs().T, sum(accs))
-        testing.check_output(f"{name}.unsharded", summed, ref.splitk_linear(x_full, w_full, y0_full), tol,
-                             pk.layers[1].checks, (out, y0_full), pk=pk)
     return pk
 
 
@@ -89,5 +109,23 @@ def test_splitk_linear(dtype, case, tmp_path):
     run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=str(tmp_path))
 
 
+@pytest.mark.race
+@pytest.mark.parametrize("dtype", CONTENTION_DTYPES, ids=lambda d: str(d)[6:])
+def test_splitk_linear_contention(dtype, tmp_path):
+    run_contention(dtype, output_dir=str(tmp_path))
+
+
+def run_contention(dtype, output_dir=None, world=testing.ONE_RANK):
+    """CONTENTION, LAUNCHES passes (several ranks: one, the sharding being what their job checks)."""
+    return run_case(dtype, *CONTENTION, jitter=71 + CONTENTION_DTYPES.index(dtype), output_dir=output_dir,
+                    world=world, launches=LAUNCHES if world.size == 1 else 1)
+
+
+def contention(output_dir=None, world=testing.ONE_RANK):
+    """Script mode: the contention cases, every dtype."""
+    return [run_contention(d, os.path.join(output_dir or ".", str(d)[6:]), world)
+            for d in CONTENTION_DTYPES][-1]
+
+
 if __name__ == "__main__":
-    testing.run_cases_as_script("splitk_linear", run_case, DTYPES, CASES, _jitter)
+    testing.run_cases_as_script("splitk_linear", run_case, DTYPES, CASES, _jitter, after=[contention])

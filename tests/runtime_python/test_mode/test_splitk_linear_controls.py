@@ -12,6 +12,13 @@ the control fails, so a rewritten kernel must update it rather than make it vacu
       run names the read outside its declared input tile of x;
   (c) the wrong half of the 32-bit word in the bf16/fp16 CAS loop (the add lands on the neighbouring
       column): with one-column tiles the kernel-level run names the write outside the task's output tile.
+  (d) the bf16/fp16 CAS tried once, without its retry (a lost update whenever another task's add lands
+      between the word's read and the swap): test mode's contention case (16 K slices into one 2 x 4 tile,
+      3 launches; the emulated atomics pause between load and swap under jitter, docs/runtime.md) fails
+      its comparison. Measured: every one of 40 seeds failed on the first launch (0 of 40 with the pause
+      switched off: two tasks' adds then collide only within nanoseconds). The other race, a plain
+      read-modify-write in place of the fp32 atomicAdd, loses nothing a value check sees (0 of 40 seeds):
+      ThreadSanitizer names it (test_shared_tile_races.py).
 
 Run: pytest -s tests/runtime_python/test_mode/test_splitk_linear_controls.py
 """
@@ -34,6 +41,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("MPK_TEST_DEVICE", "cpu") != "cpu
 PLAIN_STORE = ("MPK_INLINE void operator()(T* p, float sum) const {",
                "MPK_INLINE void operator()(T* p, float sum) const { *p = from_float<T>(sum); return;")
 WRONG_K_OFFSET = ("const T* x = v.in<const T>(0);", "const T* x = v.in<const T>(0) + xt.cols;")
+NO_RETRY = ("} while (old != assumed);", "} while (false);  // one try, no retry")
 WRONG_HALF = ("const unsigned int shift = unsigned(a & 2) * 8;",
               "const unsigned int shift = unsigned(2 - (a & 2)) * 8;")
 
@@ -79,3 +87,11 @@ def test_c_wrong_half_word_writes_the_neighbouring_tile(tmp_path):
             KERNEL.run_slice(torch.bfloat16, x, w, y0, (7, 2), 0, 80)
     msg = caught("(c)", e.value)
     assert "writes outside its declared output tiles" in msg and "tensor 'out'" in msg, msg
+
+
+def test_d_cas_without_retry_loses_updates_under_contention(tmp_path):
+    with mutated_kernel(tmp_path, *NO_RETRY):
+        with pytest.raises(AssertionError) as e:
+            TESTMODE.run_contention(torch.bfloat16)
+    msg = caught("(d) contention", e.value)
+    assert "is not close" in msg and "splitk_linear_0" in msg, msg
