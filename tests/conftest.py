@@ -35,3 +35,45 @@ def pytest_collection_modifyitems(config, items):
     here = os.path.dirname(os.path.abspath(__file__))
     rank = {os.path.join(here, f): i for i, f in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(str(item.path), len(rank)))    # stable: the rest keep their order
+
+
+# ---- where the suite's time goes (benchmarks/suite_times.py) ----------------------------------------
+# With MPK_SUITE_TIMES_DIR set, every worker appends one JSON line per test file: its wall seconds and
+# the CPU seconds of this process and of the children it waited for (compilers, mpiexec jobs, sanitizer
+# children), measured around each test including its fixtures' setup and teardown.
+_times: dict[str, list[float]] = {}
+
+
+def _cpu() -> float:
+    import resource
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def pytest_runtest_protocol(item, nextitem):
+    if not os.environ.get("MPK_SUITE_TIMES_DIR"):
+        return None
+    import time
+    t0, c0 = time.perf_counter(), _cpu()
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    from _pytest.runner import runtestprotocol
+    runtestprotocol(item, nextitem=nextitem)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    row = _times.setdefault(os.path.relpath(str(item.path), os.path.dirname(os.path.abspath(__file__))),
+                            [0.0, 0.0, 0])
+    row[0] += time.perf_counter() - t0
+    row[1] += _cpu() - c0
+    row[2] += 1
+    return True
+
+
+def pytest_sessionfinish(session):
+    folder = os.environ.get("MPK_SUITE_TIMES_DIR")
+    if not folder or not _times:
+        return
+    import json
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"{worker}.jsonl"), "a") as f:
+        for path, (wall, cpu, tests) in _times.items():
+            f.write(json.dumps(dict(file=path, worker=worker, wall=wall, cpu=cpu, tests=tests)) + "\n")
