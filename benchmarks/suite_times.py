@@ -42,8 +42,8 @@ def report(rows: list[dict], wall: float | None, top: int) -> str:
         busy[r["worker"]] = busy.get(r["worker"], 0.0) + r["wall"]
     lines = []
     if wall is not None:
-        lines.append(f"suite: {wall:.0f} s wall ({wall / 60:.1f} min) on {cores} cores; files' CPU {cpu:.0f} s = "
-                     f"{100 * cpu / (wall * cores):.0f}% of wall x cores")
+        lines.append(f"suite: {wall:.0f} s wall ({wall / 60:.1f} min) on {cores} cores; files' CPU {cpu:.0f} s "
+                     f"= {100 * cpu / (wall * cores):.0f}% of wall x cores")
     else:
         lines.append(f"files' CPU {cpu:.0f} s; {len(rows)} files")
     lines.append("workers' busy seconds: " + ", ".join(f"{w} {s:.0f}" for w, s in sorted(busy.items())))
@@ -63,7 +63,8 @@ def main() -> int:
         print(report(read(args.read), None, args.top))
         return 0
     folder = tempfile.mkdtemp(prefix="mpk-suite-times-")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "auto", "--dist", "loadfile", "tests", *args.pytest_args]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "auto", "--dist", "loadfile", "tests",
+           *args.pytest_args]
     t0 = time.perf_counter()
     code = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "MPK_SUITE_TIMES_DIR": folder}).returncode
     wall = time.perf_counter() - t0
