@@ -42,8 +42,9 @@ def report(rows: list[dict], wall: float | None, top: int) -> str:
         busy[r["worker"]] = busy.get(r["worker"], 0.0) + r["wall"]
     lines = []
     if wall is not None:
-        lines.append(f"suite: {wall:.0f} s wall ({wall / 60:.1f} min) on {cores} cores; files' CPU {cpu:.0f} s "
-                     f"= {100 * cpu / (wall * cores):.0f}% of wall x cores")
+        use = 100 * cpu / (wall * cores)
+        lines.append(f"suite: {wall:.0f} s wall ({wall / 60:.1f} min) on {cores} cores; files' CPU "
+                     f"{cpu:.0f} s = {use:.0f}% of wall x cores")
     else:
         lines.append(f"files' CPU {cpu:.0f} s; {len(rows)} files")
     lines.append("workers' busy seconds: " + ", ".join(f"{w} {s:.0f}" for w, s in sorted(busy.items())))
