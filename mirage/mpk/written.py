@@ -64,11 +64,11 @@ class Watched:
             if max(per_access.values()) == volume(((0,) * len(tensor.dims), tensor.dims)):
                 self.regions.append((tensor, None))       # one output covers all of it: no mask to build
                 continue
-            mask = torch.zeros(tensor.dims, dtype=torch.bool)
+            mask = torch.zeros(tensor.dims, dtype=torch.bool, device=tensor.data.device)
             for _, tile in pairs:
                 mask[_slices(tile.box)] = True
             whole = bool(mask.all())
-            self.regions.append((tensor, None if whole else mask.to(tensor.data.device)))
+            self.regions.append((tensor, None if whole else mask))
         self.live = {tile.tensor.id for t, tile in self.tiles if t.layer.live is not None}
 
     def __len__(self) -> int:
