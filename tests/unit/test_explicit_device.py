@@ -20,8 +20,9 @@ def undeviced(source: str, path: str) -> list[str]:
     """`path:line torch.<factory>` for each `torch.<factory>(...)` call in `source` without device=."""
     found = []
     for node in ast.walk(ast.parse(source, path)):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in FACTORIES
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in FACTORIES and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "torch"
                 and not any(k.arg == "device" for k in node.keywords)):
             found.append(f"{path}:{node.lineno} torch.{node.func.attr}")
     return found
@@ -38,7 +39,8 @@ def test_every_factory_call_in_the_library_names_its_device():
         bad += undeviced(source, rel)
     print(f"EXPLICIT_DEVICE {len(files)} files of mirage/, {calls} torch factory calls, {len(bad)} without "
           f"device= {'PASS' if not bad else 'FAIL'}")
-    assert not bad, "factory calls on torch's default device (give each the tensors' device): " + "; ".join(bad)
+    assert not bad, "factory calls on torch's default device (give each the tensors' device): " + \
+        "; ".join(bad)
 
 
 def test_a_factory_call_without_a_device_is_named():
