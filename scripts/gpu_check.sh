@@ -9,13 +9,15 @@
 #                                    the cache is over 64 MiB (what can be copied to the GPU machine)
 #   scripts/gpu_check.sh             on the GPU machine: install without dependencies (its own
 #                                    torch), then props, the GPU decision, executor, one layers stage
-#                                    per layer folder, sanitizers. Uses build/gpu_cache when present,
+#                                    per layer folder (its subset: MPK_GPU_SUBSET, tests/conftest.py),
+#                                    sanitizers. Uses build/gpu_cache when present,
 #                                    so nvcc is not needed there. No GPU, a CPU-only torch or no
 #                                    compute-sanitizer is a FAILURE naming why, never a pass
 #   scripts/gpu_check.sh --dry-run   without a GPU (CI, tests/unit/test_gpu_check.py): every stage
 #                                    that can run on the CPU backend runs, the executor graphs' CUDA
 #                                    modules are built with nvcc, every layer folder is collected on
-#                                    the CUDA path; the GPU-only stages say SKIP(dry run: ...)
+#                                    the CUDA path, its subset's GPU time estimated (layers-budget:
+#                                    they must fit LIMIT_LAYERS); the GPU-only stages say SKIP(dry run)
 #
 # Output: one log per stage and summary.json in $GPU_CHECK_OUT (default $OUT if set, else
 # ./gpu_check_out). Exit status: 0 when no stage failed (a SKIP counts as a pass in --dry-run only).
@@ -36,7 +38,8 @@ done
 # The run mode's time limits (seconds). They sum to 600, so the whole check fits a 10-minute window
 # with the modules built ahead; the layer folders share LIMIT_LAYERS, each getting what is left
 # divided by the folders still to run (a fast folder leaves its time to the next ones).
-LIMIT_INSTALL=40 LIMIT_PROPS=20 LIMIT_EXECUTOR=80 LIMIT_LAYERS=340 LIMIT_SANITIZER=40
+# (GPU_CHECK_LIMIT_LAYERS: another layers limit, for the test's negative control of layers-budget)
+LIMIT_INSTALL=40 LIMIT_PROPS=20 LIMIT_EXECUTOR=80 LIMIT_LAYERS=${GPU_CHECK_LIMIT_LAYERS:-340} LIMIT_SANITIZER=40
 SANITIZERS=(memcheck racecheck synccheck)
 RUN_LIMITS=$((LIMIT_INSTALL + LIMIT_PROPS + LIMIT_EXECUTOR + LIMIT_LAYERS
                + LIMIT_SANITIZER * ${#SANITIZERS[@]}))
@@ -80,8 +83,9 @@ prepare() {
     stage prepare-executor 900 env MPK_ALSO_BUILD_CUDA=90 MPK_CACHE_DIR="$CACHE" \
         "$PY" scripts/gpu_stages.py executor --repeat 2
     if [ "$what" = all ]; then
-        stage prepare-layers 3000 env MPK_ALSO_BUILD_CUDA=90 MPK_TEST_CACHE_DIR="$CACHE" \
-            "$PY" -m pytest -q -p no:cacheprovider "${LAYERS[@]}"
+        # (the layers stages' subset at cc 90: the graphs the GPU run will ask for)
+        stage prepare-layers 3000 env MPK_ALSO_BUILD_CUDA=90 MPK_TEST_CACHE_DIR="$CACHE" MPK_GPU_SUBSET=1 \
+            MPK_TEST_CC=90 "$PY" -m pytest -q -p no:cacheprovider "${LAYERS[@]}"
     fi
     bytes=$(du -sb "$CACHE" | cut -f 1)
     mib=$(( (bytes + 1048575) / 1048576 ))
@@ -105,21 +109,33 @@ case $MODE in
     # CUDA modules beside), so it finds their CPU modules built here instead of compiling them twice
     stage executor 300 env MPK_CACHE_DIR="$OUTDIR/gpu_cache" "$PY" scripts/gpu_stages.py executor --repeat 3
     CACHE=$OUTDIR/gpu_cache prepare executor
-    # Every layer folder as the run mode's layers stage loads it (MPK_TEST_DEVICE=cuda): an import
-    # error or a refusal at collection on the CUDA path fails here, without a GPU. One process collects
-    # them all (a torch import each cost more than the collections); a stage per folder all the same.
-    timeout -s KILL 300 env MPK_TEST_DEVICE=cuda "$PY" scripts/gpu_stages.py --out "$OUTDIR" collect \
-        "${LAYERS[@]}" > "$OUTDIR/collect.log" 2>&1
+    # Every layer folder as the run mode's layers stage loads it (MPK_TEST_DEVICE=cuda, its subset at
+    # the GPU's compute capability, GPU_CHECK_CC, 90 unless given): an import error or a refusal at
+    # collection on the CUDA path fails here, without a GPU. One process collects them all (a torch
+    # import each cost more than the collections); a stage per folder all the same. Each folder's
+    # selected tests and their estimated GPU seconds (scripts/gpu_subset_times.py) are printed; the
+    # estimates must add up to LIMIT_LAYERS at most (layers-budget).
+    timeout -s KILL 300 env MPK_TEST_DEVICE=cuda MPK_GPU_SUBSET=1 MPK_TEST_CC="${GPU_CHECK_CC:-90}" \
+        "$PY" scripts/gpu_stages.py --out "$OUTDIR" collect --limit "$LIMIT_LAYERS" "${LAYERS[@]}" \
+        > "$OUTDIR/collect.log" 2>&1
     collected=$?
     for dir in "${LAYERS[@]}"; do
         code= seconds=
         read -r code seconds < <(sed -n "s/^COLLECT ${dir##*/} //p" "$OUTDIR/collect.log")
         case ${code:-none} in
-            0) record "collect:${dir##*/}" PASS "$seconds" ;;
+            0) record "collect:${dir##*/}" PASS "$seconds" \
+                   "$(sed -n "s/^ESTIMATE ${dir##*/} \(.*\), estimated \([0-9.]* s\).*/\1, estimated \2/p" \
+                      "$OUTDIR/collect.log")" ;;
             none) fail "collect:${dir##*/}" "not collected: the collecting process exited $collected" ;;
             *) record "collect:${dir##*/}" "FAIL(exit $code)" "$seconds" "$(tail -n 1 "$OUTDIR/collect_${dir##*/}.log")" ;;
         esac
     done
+    budget=$(sed -n 's/^LAYERS //p' "$OUTDIR/collect.log")
+    case $budget in
+        *PASS) record layers-budget PASS 0 "$budget" ;;
+        *FAIL) record layers-budget "FAIL(over ${LIMIT_LAYERS}s)" 0 "$budget" ;;
+        *) fail layers-budget "no estimate: the collecting process exited $collected" ;;
+    esac
     skip layers "the layer tests need a GPU; each folder was collected on the CUDA path above"
     skip sanitizers "compute-sanitizer needs a GPU" ;;
 run)
@@ -159,7 +175,7 @@ run)
         for i in "${!LAYERS[@]}"; do
             dir=${LAYERS[$i]}
             stage "layers:${dir##*/}" $(( left / (${#LAYERS[@]} - i) )) env MPK_TEST_DEVICE=cuda \
-                "$PY" -m pytest -q -p no:cacheprovider "$dir"
+                MPK_GPU_SUBSET=1 "$PY" -m pytest -q -p no:cacheprovider "$dir"
             left=$(( left > STAGE_S ? left - STAGE_S : 0 ))
         done
         if [ -n "$no_sanitizer" ]; then

@@ -9,9 +9,12 @@
             launch is enqueued on the stream and pk.wait() collects it), then one test-mode pass (poison
             + written check); the outputs must equal the inputs bit for bit
   small     one chain launch with 2 workers (what compute-sanitizer runs)
-  collect   pytest --collect-only of each layer folder given (--dry-run, MPK_TEST_DEVICE=cuda), all in
-            this one process (one torch import, not one per folder): <--out>/collect_<folder>.log each,
-            and a line "COLLECT <folder> <pytest exit code> <seconds>" per folder
+  collect   pytest --collect-only of each layer folder given (--dry-run, MPK_TEST_DEVICE=cuda and
+            MPK_GPU_SUBSET=1, as the layers stage runs it), all in this one process (one torch import, not
+            one per folder): <--out>/collect_<folder>.log each, lines "COLLECT <folder> <pytest exit code>
+            <seconds>" and "ESTIMATE <folder> selected N tests ..., estimated S s (...)" per folder (from
+            scripts/gpu_subset_times.json), and "LAYERS ... estimated T s of <--limit> s PASS|FAIL"; exits 1
+            when T is over the limit
 
 On a machine without a GPU the same code runs on the CPU backend (gpu_check.sh --dry-run), so the
 script is exercised where CI runs. Prints one JSON line per result, prefixed "RESULT ".
@@ -128,17 +131,47 @@ def run_graph(topology: str, workers: int, repeat: int) -> bool:
     return exact and passes == repeat
 
 
-def stage_collect(folders: list[str], out: str) -> None:
+class Selected:
+    """pytest plugin: the node ids collected and not marked to skip (skipif with a true bool included)."""
+
+    def __init__(self):
+        self.run: list[str] = []
+        self.skipped = 0
+
+    def pytest_collection_finish(self, session):
+        for item in session.items:
+            skip = any(m.name == "skip" or (m.name == "skipif" and m.args and m.args[0] is True)
+                       for m in item.iter_markers())
+            self.skipped += skip
+            if not skip:
+                self.run.append(item.nodeid)
+
+
+def stage_collect(folders: list[str], out: str, limit: float) -> int:
+    """Collect each folder as the layers stage runs it (MPK_GPU_SUBSET=1); estimate its GPU time from
+    scripts/gpu_subset_times.json; 1 when the estimates add up to more than `limit` seconds."""
     import contextlib
 
+    import gpu_subset_times as times  # beside this script (sys.path[0])
     import pytest
-
+    data = json.load(open(times.DATA))
+    total = 0.0
     for folder in folders:
-        name, start = os.path.basename(folder.rstrip("/")), time.monotonic()
+        name, start, cpu, sel = os.path.basename(folder.rstrip("/")), time.monotonic(), times.process_cpu(), \
+            Selected()
         with open(os.path.join(out, f"collect_{name}.log"), "w") as log, contextlib.redirect_stdout(log), \
                 contextlib.redirect_stderr(log):
-            code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", folder])
-        print(f"COLLECT {name} {int(code)} {time.monotonic() - start:.3f}", flush=True)
+            code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", folder], plugins=[sel])
+        seconds = time.monotonic() - start
+        print(f"COLLECT {name} {int(code)} {seconds:.3f}", flush=True)
+        est, how = times.estimate(name, sel.run, times.process_cpu() - cpu, data)
+        total += est
+        print(f"ESTIMATE {name} selected {len(sel.run)} tests ({sel.skipped} skipped), estimated {est:.1f} s "
+              f"({how})", flush=True)
+    fits = total <= limit
+    print(f"LAYERS {len(folders)} folders, estimated {total:.0f} s of {limit:g} s ({times.FACTOR:g} x the "
+          f"CPU times measured {data['measured']}, cc {data['cc']}) {'PASS' if fits else 'FAIL'}", flush=True)
+    return 0 if fits else 1
 
 
 def main() -> int:
@@ -146,11 +179,11 @@ def main() -> int:
     ap.add_argument("stage", choices=["props", "executor", "small", "collect"])
     ap.add_argument("--repeat", type=int, default=100)
     ap.add_argument("--out", default=".")
+    ap.add_argument("--limit", type=float, default=float("inf"), help="collect: the layers stages' seconds")
     ap.add_argument("folders", nargs="*")
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()     # (collect --limit N FOLDER...: options among the folders)
     if args.stage == "collect":
-        stage_collect(args.folders, args.out)
-        return 0
+        return stage_collect(args.folders, args.out, args.limit)
     if args.stage == "props":
         stage_props()
         return 0

@@ -1,9 +1,14 @@
 """Suite-wide setup: a fresh compile cache, so no test passes on a stale build.
 
 scripts/gpu_check.sh runs test files on the GPU with MPK_TEST_DEVICE=cuda (tensors the tests create
-go to the GPU: torch's default device) and MPK_TEST_CACHE_DIR (its cache of modules built ahead)."""
+go to the GPU: torch's default device; a kernel-level case whose target_cc has another worker block than the
+device's is skipped), MPK_TEST_CACHE_DIR (its cache of modules built ahead) and MPK_GPU_SUBSET=1 (each
+layer folder's subset: gpu_subset below). MPK_TEST_CC stands for the device's compute capability where
+torch sees no GPU (the dry run's collection, scripts/gpu_subset_times.py's measurement on the CPU)."""
 import os
 import tempfile
+
+import pytest
 
 # MPK_SUITE_CACHE_DIR: this run's cache, inherited by pytest-xdist's workers (started after this file
 # is imported), so the workers share one cache (its entries are locked per key: mirage/mpk/build.py).
@@ -31,7 +36,88 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
+def gpu_cc() -> int | None:
+    """The compute capability a GPU run targets: the device's where MPK_TEST_DEVICE is cuda and torch sees
+    one, else MPK_TEST_CC (gpu_check.sh --dry-run's collection; the subset measured on the CPU), else None."""
+    if os.environ.get("MPK_TEST_DEVICE", "").startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability()
+            return major * 10 + minor
+    return int(os.environ["MPK_TEST_CC"]) if os.environ.get("MPK_TEST_CC") else None
+
+
+def worker_threads(cc: int) -> int:
+    from mirage.mpk.testing import worker_block_dim
+
+    return worker_block_dim(cc)[0]
+
+
+def other_block(item, cc: int) -> int | None:
+    """The item's target_cc parameter where its worker block is not cc's, else None."""
+    cases = getattr(item, "callspec", None)
+    target = cases.params.get("target_cc") if cases else None
+    return target if target is not None and worker_threads(target) != worker_threads(cc) else None
+
+
+def case_of(item) -> str:
+    """The item's parameters but target_cc: the same case at either worker block."""
+    cases = getattr(item, "callspec", None)
+    return repr(sorted((k, repr(v)) for k, v in cases.params.items() if k != "target_cc")) if cases else ""
+
+
+def gpu_subset(items: list, cc: int) -> list:
+    """The GPU check's subset of the layer folders' items (docs/runtime.md, "GPU check"): of each test
+    function, kernel-level and test-mode alike, the quick case and the first and last case at cc's worker
+    block (its edges: the case tables run from the smallest case to the real sizes, over the dtypes; a
+    quick case of the other block: its twin at cc's); an unparametrized test is its own edges. Items
+    outside tests/runtime_python/<layer>/ are kept."""
+    layers, kept, groups = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime_python"), [], {}
+    for item in items:
+        folder = os.path.relpath(str(item.path), layers).split(os.sep)
+        if len(folder) != 2 or folder[0] == "test_mode":
+            kept.append(item)
+        else:
+            groups.setdefault((str(item.path), item.originalname), []).append(item)
+    for group in groups.values():
+        here = [it for it in group if other_block(it, cc) is None]
+        quick = {case_of(it) for it in group if it.get_closest_marker("quick")}     # at either block
+        kept += [it for i, it in enumerate(here) if i in (0, len(here) - 1) or case_of(it) in quick]
+    order = {id(it): i for i, it in enumerate(items)}
+    return sorted(kept, key=lambda it: order[id(it)])
+
+
+def skip_other_blocks(items: list, cc: int) -> int:
+    """On CUDA every task runs on the device's worker block (run_tasks builds for the device): a case
+    whose target_cc asks for the other block would run the device's again, so it is skipped, saying
+    why. Returns how many."""
+    skipped = 0
+    for item in items:
+        target = other_block(item, cc)
+        if target is not None:
+            skipped += 1
+            item.add_marker(pytest.mark.skip(reason=(
+                f"on CUDA every task runs on the device's worker block ({worker_threads(cc)} threads, cc "
+                f"{cc}); the {worker_threads(target)}-thread block of target_cc {target} runs on the CPU "
+                f"backend")))
+    return skipped
+
+
 def pytest_collection_modifyitems(config, items):
+    cuda = os.environ.get("MPK_TEST_DEVICE", "").startswith("cuda")
+    subset = os.environ.get("MPK_GPU_SUBSET") == "1"
+    if cuda or subset:
+        cc = gpu_cc()
+        if cc is None:
+            raise pytest.UsageError("MPK_TEST_DEVICE=cuda or MPK_GPU_SUBSET=1 without a GPU torch can use: "
+                                    "set MPK_TEST_CC to the GPU's compute capability (e.g. 90)")
+        if subset:
+            kept = {id(it) for it in gpu_subset(items, cc)}
+            config.hook.pytest_deselected(items=[it for it in items if id(it) not in kept])
+            items[:] = [it for it in items if id(it) in kept]
+        if cuda:
+            skip_other_blocks(items, cc)
     here = os.path.dirname(os.path.abspath(__file__))
     rank = {os.path.join(here, f): i for i, f in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(str(item.path), len(rank)))    # stable: the rest keep their order

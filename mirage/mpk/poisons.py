@@ -44,7 +44,7 @@ def _signed(bits: int, width: int) -> int:
 
 def space(dtype: torch.dtype, k: int) -> int:
     """How many tensors of this dtype get distinct patterns of poison k in one run."""
-    width = torch.empty(0, dtype=dtype).element_size()
+    width = dtype.itemsize
     if k == 1:
         return _FINITE[width][1]
     if dtype in _HALF_NAN:
@@ -54,7 +54,7 @@ def space(dtype: torch.dtype, k: int) -> int:
 
 def poison(dtype: torch.dtype, index: int, run: int, k: int = 0) -> int:
     """The bit pattern (a signed integer of the dtype's width) of tensor `index`'s poison k in run `run`."""
-    width = torch.empty(0, dtype=dtype).element_size()
+    width = dtype.itemsize
     n = space(dtype, k)
     i = (_shift(run + 7919 * k, n) + index) % n
     if k == 1:
@@ -79,7 +79,7 @@ def is_poison(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Which of these bit patterns (an integer view) are a first poison of some tensor of `dtype`, of any
     run: bf16 / fp16 every signalling NaN (no arithmetic makes one); e4m3 0xFF; wider types 0x7FA5..
     marked (fp32: a signalling NaN)."""
-    width = torch.empty(0, dtype=dtype).element_size()
+    width = dtype.itemsize
     b = bits.long() & ((1 << 8 * width) - 1) if width < 8 else bits.long()
     if dtype in _HALF_NAN:
         exp, m = _HALF_NAN[dtype]

@@ -35,7 +35,8 @@ def record_buffer(given: torch.Tensor | None, num_tasks: int, device: torch.devi
     need = RECORD_FIELDS * num_tasks
     if given is None:
         return torch.zeros(need, dtype=torch.int64, device=device)
-    t = given if isinstance(given, torch.Tensor) else torch.empty(0, dtype=torch.float16)   # (refused)
+    # (a non-tensor: an empty stand-in that the checks below refuse)
+    t = given if isinstance(given, torch.Tensor) else torch.empty(0, dtype=torch.float16, device="cpu")
     if t.dtype in (torch.int64, torch.uint64) and t.is_contiguous() and t.device == device and \
             t.numel() >= need:
         return t

@@ -61,10 +61,10 @@ def _masks(pairs: list) -> list:
         if max(per_access.values()) == volume(((0,) * len(tensor.dims), tensor.dims)):
             regions.append((tensor, None))         # one output covers all of it: no mask to build
             continue
-        mask = torch.zeros(tensor.dims, dtype=torch.bool)
+        mask = torch.zeros(tensor.dims, dtype=torch.bool, device=tensor.data.device)
         for _, tile in pairs_of:
             mask[_slices(tile.box)] = True
-        regions.append((tensor, None if bool(mask.all()) else mask.to(tensor.data.device)))
+        regions.append((tensor, None if bool(mask.all()) else mask))
     return regions
 
 
@@ -92,7 +92,7 @@ class Watched:
 
     def names(self, dtype: torch.dtype) -> dict[int, str]:
         """{this launch's poison bits (unsigned): tensor name} of the tensors of `dtype` it poisons."""
-        width = torch.empty(0, dtype=dtype).element_size()
+        width = dtype.itemsize
         return {self.poison_of(t) & ((1 << 8 * width) - 1): t.name
                 for t, _ in self.regions + self.inplace.regions if t.data.dtype == dtype}
 

@@ -6,9 +6,10 @@
   source nobody built ahead is an MPKCompileError naming the missing nvcc and the way out;
 - gpu_check.sh --dry-run runs every stage the CPU can (the executor stage's chain / fork / join graphs
   on the CPU backend, their CUDA modules built with nvcc, the cache's size checked, every layer folder
-  collected with MPK_TEST_DEVICE=cuda as the run mode loads it) and says SKIP(dry run: ...) for the GPU
-  stages, so the script cannot rot; negative control: with broken kernel sources the same run fails and
-  says which stage;
+  collected with MPK_TEST_DEVICE=cuda as the run mode loads it: its subset, MPK_GPU_SUBSET, at cc 90, each
+  folder's selected count and estimated GPU seconds printed, their sum within LIMIT_LAYERS) and says
+  SKIP(dry run: ...) for the GPU stages, so the script cannot rot; negative control: with broken kernel
+  sources and a 1 s layers limit the same run fails and says which stages;
 - gpu_check.sh without --dry-run where torch sees no GPU fails within seconds, naming why (a check that
   ran nothing on a GPU never says "0 failed"); its run-mode time limits sum to at most 10 minutes.
 The GPU stages themselves run only where a GPU is: docs/runtime.md, "GPU check".
@@ -96,15 +97,23 @@ def test_gpu_check_dry_run_runs_every_stage_the_cpu_can(tmp_path):
     assert code == 0, out
     status = {s["name"]: s["status"] for s in summary["stages"]}
     stages = {"props": "PASS", "executor": "PASS", "prepare-executor": "PASS", "cache-size": "PASS",
-              **{f"collect:{layer}": "PASS" for layer in LAYERS},
+              **{f"collect:{layer}": "PASS" for layer in LAYERS}, "layers-budget": "PASS",
               "layers": "SKIP(dry run: the layer tests need a GPU; each folder was collected on the CUDA "
                         "path above)",
               "sanitizers": "SKIP(dry run: compute-sanitizer needs a GPU)"}
     assert status == stages, status
     assert len(LAYERS) >= 9 and "allreduce" in LAYERS, LAYERS     # every folder reached, allreduce too
-    for layer in LAYERS:    # each folder's tests were collected, not an empty folder passing
+    for layer in LAYERS:    # each folder's subset was collected, not an empty folder passing
         log = (tmp_path / f"collect_{layer}.log").read_text()
-        assert re.search(r"^\d+ tests? collected", log, re.M) and "error" not in log.lower(), log
+        assert re.search(r"^\d+/\d+ tests? collected \(\d+ deselected\)", log, re.M), log
+        assert "error" not in log.lower(), log
+        # the subset at cc 90: test-mode cases too, no case of the 128-thread block (the device's is 256)
+        assert "_testmode.py::" in log and "-cc80]" not in log, log
+        m = re.search(rf"^collect:{layer} +PASS +[\d.]+  selected (\d+) tests \(\d+ skipped\), estimated "
+                      rf"([\d.]+) s$", out, re.M)
+        assert m and int(m.group(1)) > 0 and float(m.group(2)) > 0, out
+    budget = re.search(r"^layers-budget +PASS +0  \d+ folders, estimated (\d+) s of (\d+) s", out, re.M)
+    assert budget and int(budget.group(1)) <= int(budget.group(2)) == 340, out
     runs = [r for r in summary["results"] if r["stage"] == "executor"]
     want = {(g, w) for g in ("chain", "fork", "join") for w in (1, 3)}
     assert {(r["graph"], r["workers"]) for r in runs} >= want, runs
@@ -130,17 +139,20 @@ def test_gpu_check_dry_run_fails_naming_the_stage(tmp_path):
     for name, body in (("good", "def test_ok():\n    pass\n"), ("bad", bad)):
         (layers / name).mkdir(parents=True)
         (layers / name / f"test_{name}.py").write_text(body)
-    code, out, summary = dry_run(tmp_path / "out", MPK_CSRC_DIR=str(broken), GPU_CHECK_LAYER_ROOT=str(layers))
+    code, out, summary = dry_run(tmp_path / "out", MPK_CSRC_DIR=str(broken), GPU_CHECK_LAYER_ROOT=str(layers),
+                                 GPU_CHECK_LIMIT_LAYERS="1")
     status = {s["name"]: s["status"] for s in summary["stages"]}
     assert code == 1 and status["executor"] == "FAIL(exit 1)", status
     assert status["collect:good"] == "PASS", status
+    # a layers limit the folders' estimates cannot fit (each at least its process start)
+    assert status["layers-budget"] == "FAIL(over 1s)", status
     if torch.cuda.is_available():       # there the bad folder collects too
         assert status["collect:bad"] == "PASS", status
         return
     assert status["collect:bad"] == "FAIL(exit 2)", status
     assert "Torch not compiled with CUDA enabled" in (tmp_path / "out" / "collect_bad.log").read_text()
-    assert "GPU CHECK (dry run: nothing ran on a GPU): 8 stages, 3 failed: executor, prepare-executor, " \
-           "collect:bad, 2 skipped" in out, out
+    assert "GPU CHECK (dry run: nothing ran on a GPU): 9 stages, 4 failed: executor, prepare-executor, " \
+           "collect:bad, layers-budget, 2 skipped" in out, out
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="torch sees a GPU: the run mode would run the stages")

@@ -73,8 +73,10 @@ class Layer:
     # request a paged-attention task serves); None: every task gets `iparams`.
     task_iparams: Callable[[tuple[int, int, int]], tuple[int, ...]] | None = None
     # The part of its tiles a task really touches, decided by the meta tensors (qo_indptr_buffer,
-    # paged_kv_*): live(meta, coord) -> {role: bool mask shaped like the role's whole tensor}. Inputs: the
-    # elements it may read; outputs: the elements it writes, every one. Roles left out: the whole tile.
+    # paged_kv_*): live(meta, coord) -> {role: bool mask shaped like the role's whole tensor}, on the CPU
+    # whatever the tensors' device (host bookkeeping: made with device="cpu", never torch's default device,
+    # which a GPU test sets to CUDA; the callers move them). Inputs: the elements it may read; outputs:
+    # the elements it writes, every one. Roles left out: the whole tile.
     # A kernel-level run loads only the live input elements and checks writes against the live outputs;
     # test mode checks every live output element was written. It may read only the batch layout
     # (qo_indptr_buffer, paged_kv_*_buffer, num_new_tokens), which a test-mode pass leaves as its tasks

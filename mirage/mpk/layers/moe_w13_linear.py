@@ -123,11 +123,11 @@ def moe_linear_parts(name: str, input, weight, moe_routing_indices, moe_mask, ou
         tensors' data (an entry outside [1, topk] claims nothing: the kernel fails the task on it)."""
         ids = experts_of(m.data, experts, coord[EXPERT_AXIS], stride)
         routing = r.data.cpu().long()
-        rows = torch.zeros(batch, topk, dtype=torch.bool)
+        rows = torch.zeros(batch, topk, dtype=torch.bool, device="cpu")
         for e in ids:
             tok = ((routing[e] >= 1) & (routing[e] <= topk)).nonzero().flatten()
             rows[tok, routing[e, tok] - 1] = True
-        used = torch.zeros(experts, dtype=torch.bool)
+        used = torch.zeros(experts, dtype=torch.bool, device="cpu")
         used[ids] = True
         read = rows[:, :, None] if w2 else rows.any(1)[:, None]
         parts = {"output": rows[:, :, None].expand(y.dims), x_role: read.expand(x.dims),

@@ -89,17 +89,17 @@ def live_parts(meta: dict, r: int, page_size: int, cache_dims, rows: int,
     pages = meta["paged_kv_indices_buffer"][kv[r]:kv[r + 1]].long().cpu()
     last = int(meta["paged_kv_last_page_len_buffer"][r])
     s = (len(pages) - 1) * page_size + last if len(pages) and t > 0 else 0
-    row = torch.zeros(rows, dtype=torch.bool)
+    row = torch.zeros(rows, dtype=torch.bool, device="cpu")
     row[max(first, 0):max(first + t, 0)] = True
-    pos = torch.arange(max(min(s, len(pages) * page_size), 0))
+    pos = torch.arange(max(min(s, len(pages) * page_size), 0), device="cpu")
     if keys is not None:
         pos = pos[(pos >= keys[0]) & (pos < keys[1])]
     page = pages[pos // page_size]
     ok = (page >= 0) & (page < cache_dims[0])
     new = pos >= s - t
     # per (page, slot), broadcast over heads and head_dim: a view, not a cache-sized mask per task
-    read = torch.zeros(cache_dims[:2], dtype=torch.bool)
-    wrote = torch.zeros(cache_dims[:2], dtype=torch.bool)
+    read = torch.zeros(cache_dims[:2], dtype=torch.bool, device="cpu")
+    wrote = torch.zeros(cache_dims[:2], dtype=torch.bool, device="cpu")
     read[page[ok & ~new], (pos % page_size)[ok & ~new]] = True
     wrote[page[ok & new], (pos % page_size)[ok & new]] = True
     return row, read[:, :, None, None].expand(cache_dims), wrote[:, :, None, None].expand(cache_dims)

@@ -56,7 +56,7 @@ def paged_attention_split_kv_merge_layer(pk, name: str, lse, output_tmp, output,
     def live(meta: dict, coord) -> dict:
         import torch
         qo = meta["qo_indptr_buffer"].tolist()
-        row = torch.zeros(rows, dtype=torch.bool)
+        row = torch.zeros(rows, dtype=torch.bool, device="cpu")
         row[max(qo[coord[0]], 0):max(qo[coord[0] + 1], 0)] = True
         return {"lse": row[:, None, None], "output_tmp": row[:, None, None], "output": row[:, None]}
     return Layer(name, "paged_attention_split_kv_merge", grid, inputs, outputs, (x.dtype,),

@@ -70,7 +70,7 @@ def quantize_fp8_layer(pk, name: str, input, output_fp8, output_scale, grid_dim,
                      checks=(FINITE, NONZERO), params={"group_size": group_size, "scale_ue8m0": False})
 
     def live(meta: dict, coord) -> dict:
-        cols = torch.zeros(s.dims, dtype=torch.bool)
+        cols = torch.zeros(s.dims, dtype=torch.bool, device="cpu")
         cols[:, coord[0] * per_task:(coord[0] + 1) * per_task] = True
         return {"output_scale": cols}
 

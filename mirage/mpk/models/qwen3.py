@@ -207,7 +207,7 @@ def decode_kernel(hf_model, prompts, max_new_tokens: int, output_dir: str | None
         p["max_num_pages"] = p["max_num_batched_requests"] * -(-p["max_seq_length"] // p["page_size"])
     tokens = torch.zeros(len(lens), p["max_seq_length"], dtype=torch.int64, device=dev)
     for r, x in enumerate(prompts):
-        tokens[r, :len(x)] = torch.as_tensor(x, dtype=torch.int64)
+        tokens[r, :len(x)] = torch.as_tensor(x, dtype=torch.int64, device=dev)
     p["meta_tensors"] = dict(p["meta_tensors"], tokens=tokens, step=torch.zeros(len(lens), dtype=torch.int32,
                              device=dev), prompt_lengths=torch.tensor(lens, dtype=torch.int32, device=dev))
     pk = PersistentKernel(**p)

@@ -301,7 +301,7 @@ def last_progress_ns(pk) -> int:
     from ..abi import RECORD_FIELDS
 
     rec = pk._record.view(-1)[: RECORD_FIELDS * len(pk.graph.tasks)].view(-1, RECORD_FIELDS)[1:]
-    done = torch.tensor(pk._runtime.task_progress()[1:]) > 0
+    done = torch.tensor(pk._runtime.task_progress()[1:], device=rec.device) > 0
     last = max(int(rec[:, :2].max()), int(rec[done, 2].max()) if done.any() else 0)
     assert last > 0, "no task stamped: the kernel ran nothing"
     return last

@@ -77,7 +77,7 @@ def _rms(diff: torch.Tensor, var: torch.Tensor) -> tuple[float, float]:
 
 def compare(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> Comparison:
     a64, e64 = actual.double(), expected.double()
-    allowed = torch.as_tensor(tol.atol, dtype=torch.float64) + tol.rtol * e64.abs()
+    allowed = torch.as_tensor(tol.atol, dtype=torch.float64, device=e64.device) + tol.rtol * e64.abs()
     diff = (a64 - e64).abs()
     diff = torch.where((a64 == e64) | (a64.isnan() & e64.isnan()), 0.0, diff)   # equal infs, both NaN
     # NaN on one side only, or an infinity the other side does not match: wrong whatever the budget (an
@@ -86,7 +86,8 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance) -> Com
     diff = torch.where(mismatch, math.inf, diff)
     c = Comparison(diff, allowed.expand_as(diff), (diff > allowed) | mismatch)
     if tol.var_abs is not None:
-        c.var = (torch.as_tensor(tol.var_abs, dtype=torch.float64) + tol.var_rel * e64 * e64).expand_as(diff)
+        var_abs = torch.as_tensor(tol.var_abs, dtype=torch.float64, device=e64.device)
+        c.var = (var_abs + tol.var_rel * e64 * e64).expand_as(diff)
         c.rms_ratio, c.n_eff = _rms(diff, c.var)
     return c
 
@@ -101,7 +102,7 @@ def evidence(name: str, actual: torch.Tensor, expected: torch.Tensor, tol: Toler
     worst = int(diff.argmax()) if diff.numel() else 0
     max_abs = float(diff.max()) if diff.numel() else 0.0
     max_rel = float(rel.max()) if rel.numel() else 0.0
-    atol_shown = float(torch.as_tensor(tol.atol, dtype=torch.float64).max())
+    atol_shown = float(torch.as_tensor(tol.atol, dtype=torch.float64, device=diff.device).max())
     shape = tuple(actual.shape)
     say(f"EVIDENCE {name} {str(actual.dtype).replace('torch.', '')} {shape} max_abs={max_abs:.3e} "
         f"max_rel={max_rel:.3e} atol={atol_shown:.3e} rtol={tol.rtol:.3e} "

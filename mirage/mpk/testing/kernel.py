@@ -256,7 +256,7 @@ class _Harness:
         mask = self.live[task.id].get(tile.role)
         if mask is None:
             return _slices(tile.box)
-        inside = torch.zeros(tile.tensor.dims, dtype=torch.bool)
+        inside = torch.zeros(tile.tensor.dims, dtype=torch.bool, device="cpu")
         inside[_slices(tile.box)] = True
         return (inside & mask.cpu()).to(tile.tensor.data.device)
 
@@ -582,7 +582,9 @@ def strided_view(shape, layout, dtype, gen: torch.Generator, scale: float = 1.0,
     if rs < cols * cs:
         raise ValueError(f"strided_view: layout {layout} overlaps the rows of {shape}")
     n = (rows - 1) * rs + (cols - 1) * cs + 1
-    base = torch.zeros(n, dtype=dtype) if zeros else randn((n,), dtype, gen, scale=scale)
+    # (a test's input: on the test's device, torch's default, as randn's)
+    base = torch.zeros(n, dtype=dtype, device=torch.get_default_device()) if zeros else \
+        randn((n,), dtype, gen, scale=scale)
     return base.as_strided(shape, (rs, cs))
 
 

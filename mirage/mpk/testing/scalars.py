@@ -31,7 +31,7 @@ def check_scalars(name: str, layer: Layer, reference_fn: Callable[..., torch.Ten
     for p, ignored in layer.scalars.items():
         alt = reference_fn(**{**values, p: ignored})
         c = compare(alt, expected, tol)
-        allowed_alt = torch.as_tensor(tol.atol, dtype=torch.float64) + tol.rtol * alt.abs()
+        allowed_alt = torch.as_tensor(tol.atol, dtype=torch.float64, device=alt.device) + tol.rtol * alt.abs()
         moved = int((c.diff > c.allowed + allowed_alt).sum())
         by_rms = c.rms_checked and c.rms_ratio > 2 * RMS_LIMIT
         result[p] = moved > 0 or by_rms

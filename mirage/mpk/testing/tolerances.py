@@ -332,12 +332,13 @@ def tol_attention_merge(dtype: DType | torch.dtype, head_dim: int, lse: list, ou
     for p, x, l_c, ct, lt in zip(pi, (x.double() for x in outs), ls, chunk_tols, lse_tols):
         e, s = 0.0, 0.0
         if ct is not None:
-            e = torch.as_tensor(ct.atol, dtype=torch.float64) + ct.rtol * x.abs()
-            s = (torch.as_tensor(ct.var_abs, dtype=torch.float64) + ct.var_rel * x * x).sqrt()
+            e = torch.as_tensor(ct.atol, dtype=torch.float64, device=x.device) + ct.rtol * x.abs()
+            s = (torch.as_tensor(ct.var_abs, dtype=torch.float64, device=x.device)
+                 + ct.var_rel * x * x).sqrt()
         own = U32 * ((l_c - m).abs() + 3 / math.log(2))
         d, sd = own, own / math.sqrt(3)
         if lt is not None:
-            la, lv = (torch.as_tensor(t, dtype=torch.float64).expand(lse[0].shape)
+            la, lv = (torch.as_tensor(t, dtype=torch.float64, device=l_c.device).expand(lse[0].shape)
                       .repeat_interleave(head_dim, -1) for t in (lt.atol, lt.var_abs))
             d, sd = d + la + lt.rtol * l_c.abs(), sd + (lv + lt.var_rel * l_c * l_c).sqrt()
         spread = math.log(2) * p * (x - o).abs()
