@@ -209,6 +209,39 @@ def test_cache_miss_hit_flags_source_and_dir(tmp_path, monkeypatch):
     assert sorted(p.name for p in root.iterdir() if p.is_dir()) == sorted([key, flags.key, source.key])
 
 
+def test_runtime_object_is_keyed_by_the_runtime_headers_alone(tmp_path, monkeypatch):
+    """The runtime object includes csrc/runtime/ only, so a scratch csrc/ whose task kernel differs (a
+    negative control's mutation) links the cached runtime.o; one whose runtime header differs builds
+    its own. Control: the dispatcher's key still covers the task kernel (a new module)."""
+    monkeypatch.setenv("MPK_CACHE_DIR", str(tmp_path / "cache"))
+    ours = build.csrc_dir()
+    scratch = tmp_path / "csrc"
+    shutil.copytree(ours, scratch)
+    with open(scratch / "tasks" / "identity.cuh", "a") as f:
+        f.write("\n// a mutated task kernel\n")
+    src = codegen.source(codegen.Variants(new_identity_layers()), "cpu")
+    first = build.compile_module(src, "cpu", True, generated=True)
+    monkeypatch.setenv("MPK_CSRC_DIR", str(scratch))
+    mutated = build.compile_module(src, "cpu", True, generated=True)
+    runtimes = sorted((tmp_path / "cache").glob("*/runtime.o"))
+    assert not mutated.hit and mutated.key != first.key, "the task kernel's edit must give a new module"
+    assert len(runtimes) == 1, f"a task kernel's edit rebuilt the runtime object: {runtimes}"
+    with open(scratch / "runtime" / "executor.cuh", "a") as f:
+        f.write("\n// a mutated runtime header\n")
+    build.compile_module(src, "cpu", True, generated=True)
+    runtimes = sorted((tmp_path / "cache").glob("*/runtime.o"))
+    assert len(runtimes) == 2, f"a runtime header's edit reused the runtime object: {runtimes}"
+    print("RUNTIME OBJECT: a task kernel's edit reuses it, a runtime header's edit builds another PASS")
+
+
+def new_identity_layers() -> list:
+    pk = new_pk()
+    x = pk.attach_input(torch.ones(2, 96, dtype=torch.bfloat16), name="x")
+    y = pk.attach_input(torch.zeros(2, 96, dtype=torch.bfloat16), name="y")
+    pk.identity_layer(input=x, output=y, grid_dim=(1, 1, 1), block_dim=BLOCK)
+    return pk.layers
+
+
 def test_cache_key_covers_headers_compiler_and_flags(tmp_path, monkeypatch):
     fl, csrc = build.flags("cpu", True, ""), build.csrc_dir()
     key = build.cache_key(TINY, COMPILER, fl, csrc)
