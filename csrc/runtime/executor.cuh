@@ -21,6 +21,9 @@
 //   - rings: one single-producer ring of task ids per worker (its scheduler writes it) and one
 //     multi-producer ring of messages per scheduler, both published with release / acquire;
 //     capacities come from the graph, and a scheduler ring that would overflow is a named error;
+//   - a task that fails (task_fail, tasks/common.cuh) records its message in the launch's TaskFailure;
+//     the worker's end-of-task barrier is a block reduction that hears of it, and thread 0 makes it
+//     the launch's failure (MPK_TASK_FAILED) and sets the abort flag: the pass stops, nothing traps;
 //   - every spin loop checks the abort flag, the host's request to stop and the in-kernel
 //     watchdog's deadline; the worker slots (stored to only) are the host's view, the beats the
 //     device's (docs/runtime.md, "What the host sees").
