@@ -902,21 +902,24 @@ MPK_DEVICE inline bool note_failed_task(State& st, int32_t w, int32_t pos, int64
     return true;
 }
 
-// Whether this thread sees the launch's task failure record taken by task `v` (the failing thread does).
-MPK_DEVICE MPK_INLINE bool failed_here(const TaskView& v) {
-    return ld_relaxed(&v.failure->owner) == uint64_t(reinterpret_cast<uintptr_t>(v.task));
-}
+// Whether this thread sees a task failure recorded in this launch (the failing thread always does, also
+// when an earlier failure of another task won the record).
+MPK_DEVICE MPK_INLINE bool failure_seen(const TaskView& v) { return ld_relaxed(&v.failure->owner) != 0; }
 
-// Thread 0, after the barrier that ends task j, when the block saw a failure or the abort flag: a
-// task_fail of task j becomes the launch's failure (MPK_TASK_FAILED; the first failure of the launch
-// wins), and the launch stops: every spin loop sees the abort flag, every block leaves after its task.
+// Thread 0, after the barrier that ends task j, when the block saw a failure or the abort flag. If task j
+// holds the record, it becomes the launch's failure (MPK_TASK_FAILED; the first failure of the launch
+// wins). Any recorded failure stops the launch: the abort flag, which every spin loop and every block's
+// end-of-task barrier hears (a block that saw the record first leaves without triggering its task's
+// events: the pass is lost anyway, and nothing runs on a failed task's output).
 MPK_DEVICE MPK_NOINLINE inline void task_failed(State& st, int32_t w, const Batch& b, int32_t j) {
     const TaskView& v = b.view[j];
-    if (!failed_here(v)) return;  // the abort flag (another worker's failure, a hang, the host)
-    const TaskFailure& f = *v.failure;
-    if (note_failed_task(st, w, b.pos[j], b.iteration[j]))
+    const uint64_t owner = ld_relaxed(&v.failure->owner);
+    if (owner == 0) return;  // the abort flag alone (a hang, the host's request): already set
+    if (owner == uint64_t(reinterpret_cast<uintptr_t>(v.task)) && note_failed_task(st, w, b.pos[j], b.iteration[j])) {
+        const TaskFailure& f = *v.failure;  // (written by a thread of this block, before the barrier)
         fail(st, MPK_TASK_FAILED).s("task ").i(b.pos[j]).s(" (variant ").i(v.task->variant).s(", iteration ")
             .i(b.iteration[j]).s(") failed: ").s(f.message).s(" (thread ").i(f.thread).s(" of the block)");
+    }
     abort_launch(st);
 }
 
@@ -971,7 +974,7 @@ template <class D> MPK_DEVICE void worker_loop(State& st, int32_t w) {
                 }
 #endif
             }
-            bool seen = failed_here(v);  // this thread's task_fail, or another's it sees already
+            bool seen = failure_seen(v);  // this thread's task_fail, or another's it sees already
             if (leader) {
                 if (st.cfg.jitter && j + 1 < n) jitter_delay(&b.rng);
                 seen = seen || aborted(st);

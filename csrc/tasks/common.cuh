@@ -121,8 +121,8 @@ template <typename F> MPK_DEVICE MPK_INLINE void for_each_chunk(int64_t rows, in
 //   - one that only some threads or lanes see (a page index one lane reads): skip the access and carry
 //     on with a harmless value, so every thread still reaches every barrier and warp collective.
 // The worker's barrier after the task hears of it (its block reduction, executor.cuh worker_loop), the
-// executor stops the pass and the launch reports the task and the message (MPK_TASK_FAILED). No trap,
-// no printf, no throw: a CUDA context survives a failed task.
+// executor stops the pass and the launch reports the first failing task and its message
+// (MPK_TASK_FAILED). No trap, no printf, no throw: a CUDA context survives a failed task.
 // A view built by hand without a record (a C++ kernel test): the CPU throws std::runtime_error(what),
 // nvcc traps.
 MPK_DEVICE inline void task_fail(const TaskView& v, const char* what) {
