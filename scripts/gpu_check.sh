@@ -8,7 +8,8 @@
 #                                    same source and flags the GPU machine will ask for); fails if
 #                                    the cache is over 64 MiB (what can be copied to the GPU machine)
 #   scripts/gpu_check.sh             on the GPU machine: install without dependencies (its own
-#                                    torch), then props, the GPU decision, executor, one layers stage
+#                                    torch), then props, the GPU decision, executor, failure (a task
+#                                    fails, then clean runs in the same process), one layers stage
 #                                    per layer folder (its subset: MPK_GPU_SUBSET, tests/conftest.py),
 #                                    sanitizers. Uses build/gpu_cache when present,
 #                                    so nvcc is not needed there. No GPU, a CPU-only torch or no
@@ -39,9 +40,10 @@ done
 # with the modules built ahead; the layer folders share LIMIT_LAYERS, each getting what is left
 # divided by the folders still to run (a fast folder leaves its time to the next ones).
 # (GPU_CHECK_LIMIT_LAYERS: another layers limit, for the test's negative control of layers-budget)
-LIMIT_INSTALL=40 LIMIT_PROPS=20 LIMIT_EXECUTOR=80 LIMIT_LAYERS=${GPU_CHECK_LIMIT_LAYERS:-340} LIMIT_SANITIZER=40
+LIMIT_INSTALL=40 LIMIT_PROPS=20 LIMIT_EXECUTOR=80 LIMIT_LAYERS=${GPU_CHECK_LIMIT_LAYERS:-310} LIMIT_SANITIZER=40
+LIMIT_FAILURE=30            # the failure stage (its module built ahead): 2 launches and 2 kernel-level runs
 SANITIZERS=(memcheck racecheck synccheck)
-RUN_LIMITS=$((LIMIT_INSTALL + LIMIT_PROPS + LIMIT_EXECUTOR + LIMIT_LAYERS
+RUN_LIMITS=$((LIMIT_INSTALL + LIMIT_PROPS + LIMIT_EXECUTOR + LIMIT_FAILURE + LIMIT_LAYERS
                + LIMIT_SANITIZER * ${#SANITIZERS[@]}))
 # the nvcc that builds the CUDA modules, as the cache keys name it (build.compiler_identity)
 IDENTITY='from mirage.mpk import build as b; print(b.compiler_identity(b.compiler_for("cuda")), end="")'
@@ -49,6 +51,7 @@ mkdir -p "$OUTDIR"
 : > "$OUTDIR/stages.txt"
 export MPK_LOG_LEVEL=WARNING PYTHONUNBUFFERED=1
 echo "run-mode time limits: install $LIMIT_INSTALL + props $LIMIT_PROPS + executor $LIMIT_EXECUTOR +" \
+     "failure $LIMIT_FAILURE +" \
      "layers $LIMIT_LAYERS (${#LAYERS[@]} folders) + sanitizers ${#SANITIZERS[@]} x $LIMIT_SANITIZER =" \
      "$RUN_LIMITS s"
 
@@ -82,6 +85,7 @@ prepare() {
     "$PY" -c "$IDENTITY" > "$CACHE/nvcc_identity.txt"
     stage prepare-executor 900 env MPK_ALSO_BUILD_CUDA=90 MPK_CACHE_DIR="$CACHE" \
         "$PY" scripts/gpu_stages.py executor --repeat 2
+    stage prepare-failure 900 env MPK_ALSO_BUILD_CUDA=90 MPK_CACHE_DIR="$CACHE" "$PY" scripts/gpu_stages.py failure
     if [ "$what" = all ]; then
         # (the layers stages' subset at cc 90: the graphs the GPU run will ask for)
         stage prepare-layers 3000 env MPK_ALSO_BUILD_CUDA=90 MPK_TEST_CACHE_DIR="$CACHE" MPK_GPU_SUBSET=1 \
@@ -108,6 +112,7 @@ case $MODE in
     # one cache for both stages: prepare-executor runs the same graphs on the CPU again (building their
     # CUDA modules beside), so it finds their CPU modules built here instead of compiling them twice
     stage executor 300 env MPK_CACHE_DIR="$OUTDIR/gpu_cache" "$PY" scripts/gpu_stages.py executor --repeat 3
+    stage failure 300 env MPK_CACHE_DIR="$OUTDIR/gpu_cache" "$PY" scripts/gpu_stages.py failure
     CACHE=$OUTDIR/gpu_cache prepare executor
     # Every layer folder as the run mode's layers stage loads it (MPK_TEST_DEVICE=cuda, its subset at
     # the GPU's compute capability, GPU_CHECK_CC, 90 unless given): an import error or a refusal at
@@ -166,11 +171,12 @@ run)
         || no_sanitizer="compute-sanitizer not on PATH (pip: nvidia-cuda-sanitizer-api, its bin on PATH)"
     if [ -n "$no_gpu" ]; then
         fail gpu "no GPU: $no_gpu"
-        for name in executor layers; do fail "$name" "not run: no GPU"; done
+        for name in executor failure layers; do fail "$name" "not run: no GPU"; done
         fail sanitizers "not run: no GPU${no_sanitizer:+; $no_sanitizer}"
     else
         record gpu PASS 0
         stage executor "$LIMIT_EXECUTOR" "$PY" scripts/gpu_stages.py executor --repeat 100
+        stage failure "$LIMIT_FAILURE" "$PY" scripts/gpu_stages.py failure
         left=$LIMIT_LAYERS
         for i in "${!LAYERS[@]}"; do
             dir=${LAYERS[$i]}

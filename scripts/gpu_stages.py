@@ -9,6 +9,12 @@
             launch is enqueued on the stream and pk.wait() collects it), then one test-mode pass (poison
             + written check); the outputs must equal the inputs bit for bit
   small     one chain launch with 2 workers (what compute-sanitizer runs)
+  failure   a task that fails, then clean runs in the same process (docs/runtime.md, "A task that
+            fails"): a moe_w13_linear graph in test mode whose moe_mask names an expert that does not
+            exist must raise MPKRuntimeError naming the layer, the task and the kernel's message; the
+            mask repaired, pk() again must give the exact product (integer-valued float32 inputs); the
+            same kernel-level (testing.run_tasks: a failing task, then a good one). On the GPU: the
+            context survives a failed task (no trap), and the next launch runs
   collect   pytest --collect-only of each layer folder given (--dry-run, MPK_TEST_DEVICE=cuda and
             MPK_GPU_SUBSET=1, as the layers stage runs it), all in this one process (one torch import, not
             one per folder): <--out>/collect_<folder>.log each, lines "COLLECT <folder> <pytest exit code>
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -131,6 +138,79 @@ def run_graph(topology: str, workers: int, repeat: int) -> bool:
     return exact and passes == repeat
 
 
+def failure_scenario() -> dict:
+    """The failure stage (module doc); returns its report's fields (ok: every check held)."""
+    from mirage.mpk import testing
+    from mirage.mpk.errors import MPKError
+    from mirage.mpk.layers.moe_w13_linear import moe_grid
+
+    dev, gen = device(), torch.Generator().manual_seed(11)
+    tokens, experts, topk, k, n = 3, 8, 2, 64, 16
+    x = torch.randint(-4, 5, (tokens, k), generator=gen).float()   # |sums| <= 64 * 16: exact in float32
+    w = torch.randint(-4, 5, (experts, n, k), generator=gen).float()
+    routing = torch.zeros(experts, tokens, dtype=torch.int32)      # MPK's layout: slot + 1, 0 not routed
+    for t in range(tokens):
+        chosen = torch.randperm(experts, generator=gen)[:topk]
+        routing[chosen, t] = torch.arange(1, topk + 1, dtype=torch.int32)
+    active = (routing > 0).any(1).nonzero().flatten()
+    mask = torch.zeros(experts + 1, dtype=torch.int32)
+    mask[:active.numel()], mask[experts] = active.int(), active.numel()
+    expected = torch.zeros(tokens, topk, n)
+    for e, t in (routing > 0).nonzero().tolist():
+        expected[t, int(routing[e, t]) - 1] = w[e] @ x[t]
+    bad = mask.clone()
+    bad[1] = experts                    # tasks of expert stride offset 1 (both column tiles) fail
+    want = "moe: moe_mask names an expert outside [0, num_experts)"
+    tensors = {"x": x, "w": w, "routing": routing, "mask": bad, "out": torch.zeros(tokens, topk, n)}
+    tensors = {name: v.clone().to(dev) for name, v in tensors.items()}    # (mask: repaired in place)
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=None))
+    block = (pk.worker_threads, 1, 1)
+
+    def layer(p, t):
+        p.moe_w13_linear_layer(input=t["x"], weight=t["w"], moe_routing_indices=t["routing"],
+                               moe_mask=t["mask"], output=t["out"], grid_dim=moe_grid(2, 3), block_dim=block)
+
+    def raised(run) -> str:     # what run() raised: the message of an MPKRuntimeError, else the type too
+        try:
+            run()
+        except MPKError as e:
+            return str(e) if type(e).__name__ == "MPKRuntimeError" else f"{type(e).__name__}: {e}"
+        return "(nothing raised)"
+
+    def exact(out: torch.Tensor) -> bool:    # the claimed (token, slot) rows; test mode poisons the rest
+        claimed = torch.zeros(tokens, topk, dtype=torch.bool)
+        for e, t in (routing > 0).nonzero().tolist():
+            claimed[t, int(routing[e, t]) - 1] = True
+        return torch.equal(out.cpu()[claimed], expected[claimed])
+
+    layer(pk, {name: pk.attach_input(v, name=name) for name, v in tensors.items()})
+    pk.compile()
+    graph_msg = raised(pk)
+    tensors["mask"].copy_(mask.to(dev))
+    pk()                                # the next launch of the same kernel runs, and is right
+    graph_exact = exact(tensors["out"])
+    pk.finalize()
+    tensors["mask"].copy_(bad.to(dev))
+    kernel_msg = raised(lambda: testing.run_tasks(layer, tensors))
+    tensors["mask"].copy_(mask.to(dev))
+    run = testing.run_tasks(layer, tensors)
+    kernel_exact = exact(run.outputs["out"])
+    named = r"task \d+ = 'moe_w13_linear_0'\(1, \d, 0\)"     # grid.x: the expert offset (mask[1])
+    said = rf"failed: {re.escape(want)} \(thread \d+ of the block\)"
+    graph_ok = re.search(rf"launch failed \(status 7\): {named} \(variant \d+, iteration 1\) {said}",
+                         graph_msg) is not None
+    kernel_ok = re.search(rf"{named} {said}", kernel_msg) is not None
+    return dict(graph_message=graph_msg, graph_named=graph_ok, graph_then_exact=graph_exact,
+                kernel_message=kernel_msg, kernel_named=kernel_ok, kernel_then_exact=kernel_exact,
+                ok=graph_ok and graph_exact and kernel_ok and kernel_exact)
+
+
+def stage_failure() -> bool:
+    fields = failure_scenario()
+    report(stage="failure", device=str(device()), **fields)
+    return fields["ok"]
+
+
 class Selected:
     """pytest plugin: the node ids collected and not marked to skip (skipif with a true bool included)."""
 
@@ -176,7 +256,7 @@ def stage_collect(folders: list[str], out: str, limit: float) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("stage", choices=["props", "executor", "small", "collect"])
+    ap.add_argument("stage", choices=["props", "executor", "small", "failure", "collect"])
     ap.add_argument("--repeat", type=int, default=100)
     ap.add_argument("--out", default=".")
     ap.add_argument("--limit", type=float, default=float("inf"), help="collect: the layers stages' seconds")
@@ -189,6 +269,8 @@ def main() -> int:
         return 0
     if args.stage == "small":
         return 0 if run_graph("chain", 2, 1) else 1
+    if args.stage == "failure":
+        return 0 if stage_failure() else 1
     full = mirage.get_configurations_from_gpu(0)[0]
     ok = [run_graph(topology, workers, args.repeat) for topology in ("chain", "fork", "join")
           for workers in sorted({1, full})]

@@ -30,6 +30,7 @@
 #define MPK_INTERNAL 4
 #define MPK_STUCK 5              // a task stayed inside its kernel past stuck_s; see mpk_error_message
 #define MPK_INTERRUPTED 6        // mpk_abort stopped the launch (Ctrl-C); see mpk_error_message
+#define MPK_TASK_FAILED 7        // a task kernel's task_fail (tasks/common.cuh) stopped it; see mpk_error_message
 
 // Fault injection (negative controls), active only in modules built with
 // -DMPK_FAULT_INJECTION; the other kinds (wrong tile, dropped dependency) are edits of the

@@ -50,6 +50,15 @@ inline void copy_message(const std::string& msg, char* buf, int n) {
     buf[len] = 0;
 }
 
+// A kernel-level run's task_fail, as the executor words a launch's (executor.cuh task_failed).
+inline std::string failed_task_message(int32_t pos, const TaskFailure& f) {
+    char msg[kTaskFailureBytes + 1];
+    memcpy(msg, f.message, kTaskFailureBytes);
+    msg[kTaskFailureBytes] = 0;
+    return "task " + std::to_string(pos) + " failed: " + msg + " (thread " + std::to_string(f.thread) +
+           " of the block)";
+}
+
 // The peer ranks' symmetric tensors and signal counters as the config lists them (empty when
 // there are none): what a driver's setup keeps (CPU) or copies to the device (CUDA).
 struct Peers {
@@ -227,6 +236,8 @@ MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* cons
         v.wait = mpk::host::run_task_wait;
         v.signal = mpk::host::run_task_signal;
         v.executor = k.tasks.data();  // (run_task_wait names the task by its position)
+        mpk::TaskFailure failure{};   // this run's task_fail record (the executor's is per launch)
+        v.failure = &failure;
         v.block_threads = k.cfg.worker_threads;
         v.smem_bytes = k.cfg.smem_bytes;
         v.simt_seed = seed;
@@ -242,6 +253,10 @@ MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* cons
             k.message = "mpk_run_task: task " + std::to_string(pos) + " has variant " + std::to_string(t.variant) +
                         ", which this module does not have";
             status = MPK_INVALID;
+        }
+        if (failure.owner != 0) {
+            k.message = mpk::failed_task_message(pos, failure);
+            status = MPK_TASK_FAILED;
         }
 #ifdef MPK_FAULT_INJECTION
         if (status == MPK_OK) MPK_INJECT_FAULT(v, fault, k.cfg.fault_element, k.cfg.fault_amount);
@@ -367,22 +382,32 @@ MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* cons
     v.simt_seed = seed;
     mpk::TaskView* d_view = nullptr;
     int* d_status = nullptr;
+    mpk::TaskFailure failure{}, *d_failure = nullptr;  // this run's task_fail record, in device memory
     int status = 1;
     bool ok = MPK_CUDA_CHECK(k, cudaMemcpy(k.d_state, &k.st, sizeof(k.st), cudaMemcpyHostToDevice)) &&
               MPK_CUDA_CHECK(k, cudaMalloc(&d_view, sizeof(v))) && MPK_CUDA_CHECK(k, cudaMalloc(&d_status, sizeof(int))) &&
-              MPK_CUDA_CHECK(k, cudaMemcpy(d_view, &v, sizeof(v), cudaMemcpyHostToDevice)) &&
+              MPK_CUDA_CHECK(k, cudaMalloc(&d_failure, sizeof(failure))) &&
+              MPK_CUDA_CHECK(k, cudaMemcpy(d_failure, &failure, sizeof(failure), cudaMemcpyHostToDevice));
+    v.failure = d_failure;
+    ok = ok && MPK_CUDA_CHECK(k, cudaMemcpy(d_view, &v, sizeof(v), cudaMemcpyHostToDevice)) &&
               MPK_CUDA_CHECK(k, cudaFuncSetAttribute(mpk_execute_one, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      k.cfg.smem_bytes));
     if (ok) {
         mpk_execute_one<<<1, k.cfg.worker_threads, size_t(k.cfg.smem_bytes)>>>(d_view, d_status);
         ok = MPK_CUDA_CHECK(k, cudaGetLastError()) && MPK_CUDA_CHECK(k, cudaDeviceSynchronize()) &&
-             MPK_CUDA_CHECK(k, cudaMemcpy(&status, d_status, sizeof(int), cudaMemcpyDeviceToHost));
+             MPK_CUDA_CHECK(k, cudaMemcpy(&status, d_status, sizeof(int), cudaMemcpyDeviceToHost)) &&
+             MPK_CUDA_CHECK(k, cudaMemcpy(&failure, d_failure, sizeof(failure), cudaMemcpyDeviceToHost));
     }
     if (d_view) cudaFree(d_view);
     if (d_status) cudaFree(d_status);
+    if (d_failure) cudaFree(d_failure);
     if (!ok) {
         k.message = "task " + std::to_string(pos) + " failed: " + k.message;
         return MPK_INTERNAL;
+    }
+    if (failure.owner != 0) {  // the block left the task together; the device is fine
+        k.message = mpk::failed_task_message(pos, failure);
+        return MPK_TASK_FAILED;
     }
     if (status != 0) {
         k.message = "mpk_run_task: task " + std::to_string(pos) + (status == 2 ? ": the module was built without the one-task "

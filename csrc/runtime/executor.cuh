@@ -21,6 +21,9 @@
 //   - rings: one single-producer ring of task ids per worker (its scheduler writes it) and one
 //     multi-producer ring of messages per scheduler, both published with release / acquire;
 //     capacities come from the graph, and a scheduler ring that would overflow is a named error;
+//   - a task that fails (task_fail, tasks/common.cuh) records its message in the launch's TaskFailure;
+//     the worker's end-of-task barrier is a block reduction that hears of it, and thread 0 makes it
+//     the launch's failure (MPK_TASK_FAILED) and sets the abort flag: the pass stops, nothing traps;
 //   - every spin loop checks the abort flag, the host's request to stop and the in-kernel
 //     watchdog's deadline; the worker slots (stored to only) are the host's view, the beats the
 //     device's (docs/runtime.md, "What the host sees").
@@ -116,9 +119,10 @@ struct Control {
     int32_t abort;                // 1: every loop returns (an error, or the host's request seen)
     int32_t status;               // MPK_*; the device's first failure wins (CAS from MPK_OK)
     int64_t iterations;           // passes completed (scheduler 0)
-    int32_t failed_worker;        // CPU: the worker whose block failed inside task failed_task
+    int32_t failed_worker;        // the worker whose block failed (task_fail; CPU: a throw) inside failed_task
     int32_t pad;
     int64_t failed_task, failed_iteration;
+    TaskFailure task_failure;     // every task's TaskView::failure: the first task_fail of the launch
     char message[kMessageBytes];
 };
 
@@ -659,7 +663,6 @@ MPK_DEVICE inline bool wait_event(State& st, WorkerSlot& me, int32_t ev, int64_t
 struct Batch {
     int32_t n;                    // tasks in the batch
     int32_t stop;                 // 1: leave after the batch (TERMINATE or abort)
-    int32_t halt[2];              // thread 0 saw the abort flag at the end of task j: halt[j & 1]
     int32_t next, term;           // several ranks: the next position to run, TERMINATE seen
     int64_t cur;                  // several ranks: the pass of `next`
     uint64_t rng;                 // thread 0's jitter stream
@@ -695,6 +698,7 @@ MPK_DEVICE inline void fill_view(State& st, int32_t w, int32_t pos, int64_t iter
     v.wait = wait_peer;
     v.signal = signal_peer;
     v.executor = &c;
+    v.failure = &st.control->task_failure;
     v.block_threads = st.cfg.worker_threads;
     v.smem_bytes = st.cfg.smem_bytes;
     v.on_block = true;
@@ -862,6 +866,9 @@ MPK_DEVICE MPK_NOINLINE inline void finish_task(State& st, int32_t w, Batch& b, 
 // task's last reads nor the next one's first writes); on the CPU the emulation fills it as the
 // barrier completes, and only if the task took the shared memory at all (mpk::smem). The CPU's
 // barriers go through the block handle taken once per launch (runtime/simt_cpu.h, BlockRef).
+// The first barrier is a block reduction: end_task is true for every thread when any thread passed a
+// true `seen` (thread 0: the abort flag; any thread: a task_fail of this task), so the block leaves
+// together (one answer for all, however the threads' reads of the flags interleave).
 #if defined(__CUDACC__)
 struct BlockRef {};
 MPK_DEVICE MPK_INLINE BlockRef this_block() { return BlockRef{}; }
@@ -871,29 +878,50 @@ MPK_DEVICE inline void poison_smem() {
     const size_t n = smem_bytes() / sizeof(uint4);
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) p[i] = make_uint4(~0u, ~0u, ~0u, ~0u);
 }
-MPK_DEVICE MPK_INLINE void end_task(BlockRef, bool test_mode) {
-    __syncthreads();
+MPK_DEVICE MPK_INLINE bool end_task(BlockRef, bool test_mode, bool seen) {
+    const bool any = __syncthreads_or(seen) != 0;
     if (test_mode) {
         poison_smem();
         __syncthreads();
     }
+    return any;
 }
 #else
 using simt::BlockRef;
 inline BlockRef this_block() { return simt::this_block(); }
 inline void sync_block(BlockRef blk) { simt::sync(blk); }
-inline void end_task(BlockRef blk, bool test_mode) { simt::task_barrier(blk, test_mode); }
+inline bool end_task(BlockRef blk, bool test_mode, bool seen) { return simt::task_barrier(blk, test_mode, seen) != 0; }
 #endif
 
-#if !defined(__CUDACC__)
-// CPU: a task that throws (task_fail, a SIMT error) ends the block; the first such task is
-// recorded so the host names it (the block's error message says why).
-MPK_DEVICE inline void note_failed_task(State& st, int32_t w, int32_t pos, int64_t iteration) {
-    if (atomic_cas(&st.control->failed_task, int64_t(-1), int64_t(pos)) != -1) return;
+// The first failing task of the launch (task_fail; on the CPU also a throw: a SIMT error), recorded so
+// that the host names it. False: an earlier one holds the record.
+MPK_DEVICE inline bool note_failed_task(State& st, int32_t w, int32_t pos, int64_t iteration) {
+    if (atomic_cas(&st.control->failed_task, int64_t(-1), int64_t(pos)) != -1) return false;
     st.control->failed_worker = w;
     st.control->failed_iteration = iteration;
+    return true;
 }
-#endif
+
+// Whether this thread sees a task failure recorded in this launch (the failing thread always does, also
+// when an earlier failure of another task won the record).
+MPK_DEVICE MPK_INLINE bool failure_seen(const TaskView& v) { return ld_relaxed(&v.failure->owner) != 0; }
+
+// Thread 0, after the barrier that ends task j, when the block saw a failure or the abort flag. If task j
+// holds the record, it becomes the launch's failure (MPK_TASK_FAILED; the first failure of the launch
+// wins). Any recorded failure stops the launch: the abort flag, which every spin loop and every block's
+// end-of-task barrier hears (a block that saw the record first leaves without triggering its task's
+// events: the pass is lost anyway, and nothing runs on a failed task's output).
+MPK_DEVICE MPK_NOINLINE inline void task_failed(State& st, int32_t w, const Batch& b, int32_t j) {
+    const TaskView& v = b.view[j];
+    const uint64_t owner = ld_relaxed(&v.failure->owner);
+    if (owner == 0) return;  // the abort flag alone (a hang, the host's request): already set
+    if (owner == uint64_t(reinterpret_cast<uintptr_t>(v.task)) && note_failed_task(st, w, b.pos[j], b.iteration[j])) {
+        const TaskFailure& f = *v.failure;  // (written by a thread of this block, before the barrier)
+        fail(st, MPK_TASK_FAILED).s("task ").i(b.pos[j]).s(" (variant ").i(v.task->variant).s(", iteration ")
+            .i(b.iteration[j]).s(") failed: ").s(f.message).s(" (thread ").i(f.thread).s(" of the block)");
+    }
+    abort_launch(st);
+}
 
 // One worker block: every thread of it runs this. D::run(view) is the generated dispatcher
 // (false: a variant the module lacks).
@@ -946,13 +974,15 @@ template <class D> MPK_DEVICE void worker_loop(State& st, int32_t w) {
                 }
 #endif
             }
+            bool seen = failure_seen(v);  // this thread's task_fail, or another's it sees already
             if (leader) {
                 if (st.cfg.jitter && j + 1 < n) jitter_delay(&b.rng);
-                b.halt[j & 1] = aborted(st);  // (double-buffered: a slow thread still reads j - 1's)
+                seen = seen || aborted(st);
             }
-            end_task(blk, test_mode);  // every thread is done with task j
+            const bool halt = end_task(blk, test_mode, seen);  // every thread is done with task j
             if (leader) stamp(st, b.pos[j], kEnd);  // (a jitter delay, and the poison, count)
-            if (b.halt[j & 1]) {  // an abort seen by thread 0 stops the block here
+            if (halt) {  // a failure of task j, or an abort thread 0 saw, stops the block here
+                if (leader) task_failed(st, w, b, j);
                 stop = 1;
                 break;
             }

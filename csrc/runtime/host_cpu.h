@@ -173,6 +173,7 @@ inline void reset_launch(Kernel& k) {
     k.control.failed_worker = -1;
     k.control.failed_task = -1;
     k.control.failed_iteration = 0;
+    k.control.task_failure = TaskFailure{};  // the next task_fail is this launch's first
     k.control.message[0] = 0;
     k.st.iteration_base = k.iteration_base;
     k.st.launch_seed = splitmix64((k.cfg.jitter ? k.cfg.jitter_seed : 0) ^ uint64_t(k.launches) << 32);

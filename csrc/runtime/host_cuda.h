@@ -298,7 +298,7 @@ inline int32_t finish(Kernel& k) {
         const cudaError_t q = cudaEventQuery(k.done);
         if (q != cudaErrorNotReady) {
             k.in_flight = false;
-            if (!MPK_CUDA_CHECK(k, q)) {  // e.g. a task's __trap (task_fail): the context is lost
+            if (!MPK_CUDA_CHECK(k, q)) {  // e.g. an illegal address in a task: the context is lost
                 k.unusable = true;
                 return k.status;
             }

@@ -7,6 +7,19 @@
 
 namespace mpk {
 
+// A task's failure (common.cuh task_fail; docs/runtime.md, "A task that fails"): one record per launch
+// (the executor's, in its control block: device memory on the GPU) or per kernel-level run. The first
+// failing thread wins it: owner, from 0 to the failing task's row (a compare-and-swap), then the message.
+// Nothing traps or throws: the thread returns, the block leaves the task together, and the executor
+// stops the pass, so the GPU stays usable for the next launch.
+constexpr int kTaskFailureBytes = 256;
+struct TaskFailure {
+    uint64_t owner;               // 0, or the failing task's MpkTask* (its row in the task table)
+    int32_t thread;               // threadIdx.x of the thread that failed it
+    int32_t pad;
+    char message[kTaskFailureBytes];  // NUL-terminated, truncated
+};
+
 struct TaskView {
     const MpkTask* task;
     void* ptrs[MPK_MAX_TILES];  // base(tile.tensor) + tile.offset, inputs then outputs
@@ -23,6 +36,7 @@ struct TaskView {
     bool (*wait)(const TaskView&, const int64_t* counter, int64_t needed, int32_t peer, int32_t what) = nullptr;
     void (*signal)(const TaskView&, int64_t* counter, int64_t value, int32_t peer) = nullptr;
     void* executor = nullptr;   // the executor's state for wait/signal
+    TaskFailure* failure = nullptr;  // where task_fail records (null only in a view built by hand: a test)
 
     // ---- the worker block the kernel runs on (docs/simt.md). Under nvcc these are the launch's
     // own; the CPU backend's emulation (runtime/simt_cpu.h) builds the block from them.

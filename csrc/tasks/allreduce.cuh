@@ -45,9 +45,9 @@ template <typename T> MPK_DEVICE void allreduce_task(const TaskView& v) {
     const int32_t world = v.world_size, rank = v.rank;
     const int64_t slot = v.iparam(0), use = v.iparam(1), uses = v.iparam(2);
     if (!v.peer_signals || !v.wait || !v.signal || uses < 1 || use < 0 || use >= uses)
-        task_fail("allreduce: no signal counters, no wait/signal, or a bad slot use (iparams 1, 2)");
+        return task_fail(v, "allreduce: no signal counters, no wait/signal, or a bad slot use (iparams 1, 2)");
     for (int32_t p = 0; p < world; ++p)
-        if (!v.peer_out<T>(1, p)) task_fail("allreduce: a rank's staging buffer is not mapped (peer_tensors)");
+        if (!v.peer_out<T>(1, p)) return task_fail(v, "allreduce: a rank's staging buffer is not mapped (peer_tensors)");
     const int64_t n = (v.iteration - 1) * uses + use + 1;
     const Tile2D xt = tile2d(v.in_tile(0)), yt = tile2d(v.out_tile(0));
     const MpkTile& bt = v.out_tile(1);  // [W, B, h]

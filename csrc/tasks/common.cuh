@@ -4,6 +4,7 @@
 #pragma once
 #include <stdio.h>
 #include <stdexcept>
+#include "../runtime/atomics.h"
 #include "../runtime/dtypes.h"
 #include "../runtime/simt.h"
 #include "../runtime/task_view.h"
@@ -109,18 +110,40 @@ template <typename F> MPK_DEVICE MPK_INLINE void for_each_chunk(int64_t rows, in
     }
 }
 
-// ---- a precondition that does not hold (a task table its layer could not have built)
+// ---- a precondition that does not hold (a task table its layer could not have built, a meta tensor
+// whose values the kernel cannot follow)
 
-// The CPU backend throws std::runtime_error(what), which the executor reports naming the task;
-// under nvcc the thread prints `what` and traps, which fails the launch.
+// The view's record (runtime/task_view.h TaskFailure) takes `what` if no thread failed before (the first
+// failure of the launch wins); then the caller must NOT do what the check guards, and must keep the
+// block together (docs/runtime.md, "A task that fails"):
+//   - a failure every thread of the block sees alike (a task parameter, a meta tensor entry that every
+//     thread reads): `task_fail(v, "..."); return;` from the task, all threads at the same point;
+//   - one that only some threads or lanes see (a page index one lane reads): skip the access and carry
+//     on with a harmless value, so every thread still reaches every barrier and warp collective.
+// The worker's barrier after the task hears of it (its block reduction, executor.cuh worker_loop), the
+// executor stops the pass and the launch reports the first failing task and its message
+// (MPK_TASK_FAILED). No trap, no printf, no throw: a CUDA context survives a failed task.
+// A view built by hand without a record (a C++ kernel test): the CPU throws std::runtime_error(what),
+// nvcc traps.
+MPK_DEVICE inline void task_fail(const TaskView& v, const char* what) {
+    TaskFailure* f = v.failure;
+    if (f == nullptr) {
 #if defined(__CUDACC__)
-MPK_DEVICE MPK_INLINE void task_fail(const char* what) {
-    printf("mpk task failed: %s\n", what);
-    __trap();
-}
+        __trap();
 #else
-[[noreturn]] inline void task_fail(const char* what) { throw std::runtime_error(what); }
+        throw std::runtime_error(what);
 #endif
+    }
+    const uint64_t me = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(v.task));
+    if (atomic_cas(&f->owner, uint64_t(0), me) != 0) return;  // an earlier failure keeps the record
+    f->thread = static_cast<int32_t>(threadIdx.x);
+    int n = 0;
+    while (what[n] && n + 1 < kTaskFailureBytes) {
+        f->message[n] = what[n];
+        ++n;
+    }
+    f->message[n] = 0;
+}
 
 }  // namespace mpk
 

@@ -33,7 +33,7 @@ MPK_DEVICE void linear_fp8_tile(const TaskView& v, const T* residual, const Tile
     const int64_t groups = xt.cols / BLOCK;
     if (xt.cols % BLOCK || xst.rows != (groups + 3) / 4 || wst.rows != xst.rows || xst.cols < xt.rows ||
         wst.cols != wt.rows)
-        task_fail("linear_fp8: the UE8M0 scales are not [ceil(K / 512), rows] words for these codes");
+        return task_fail(v, "linear_fp8: the UE8M0 scales are not [ceil(K / 512), rows] words for these codes");
     const fp8_e4m3_t* x = v.in<const fp8_e4m3_t>(0);
     const uint32_t* xs = v.in<const uint32_t>(1);
     const fp8_e4m3_t* w = v.in<const fp8_e4m3_t>(2);

@@ -39,7 +39,7 @@ MPK_DEVICE void moe_fp8_tile(const TaskView& v) {
     const int64_t num_experts = wt.dims[0], n = wt.dims[1], groups = xst.dims[xst.ndim - 1];
     const int64_t group = groups > 0 ? wt.dims[2] / groups : 0;
     if ((group != 64 && group != 128) || group * groups != wt.dims[2] || wst.dims[2] != groups)
-        task_fail("moe fp8: the scales' blocks are not 64 or 128 codes of K, or input and weight scales disagree");
+        return task_fail(v, "moe fp8: the scales' blocks are not 64 or 128 codes of K, or input and weight scales disagree");
     const fp8_e4m3_t* x = v.in<const fp8_e4m3_t>(0);
     const float* xs = v.in<const float>(1);
     const fp8_e4m3_t* w = v.in<const fp8_e4m3_t>(2);

@@ -48,15 +48,15 @@ MPK_DEVICE void for_each_routed(const TaskView& v, int routing_in, int mask_in, 
     const int64_t first = v.iparam(0), stride = v.iparam(1);
     const int64_t count = mask[num_experts * mt.strides[0]];
     if (count < 0 || count > num_experts)
-        task_fail("moe: moe_mask[num_experts] (the activated experts' count) is outside [0, num_experts]");
-    if (first < 0 || stride < 1) task_fail("moe: a bad expert offset or stride (iparams 0, 1)");
+        return task_fail(v, "moe: moe_mask[num_experts] (the activated experts' count) is outside [0, num_experts]");
+    if (first < 0 || stride < 1) return task_fail(v, "moe: a bad expert offset or stride (iparams 0, 1)");
     for (int64_t a = first; a < count; a += stride) {
         const int64_t e = mask[a * mt.strides[0]];
-        if (e < 0 || e >= num_experts) task_fail("moe: moe_mask names an expert outside [0, num_experts)");
+        if (e < 0 || e >= num_experts) return task_fail(v, "moe: moe_mask names an expert outside [0, num_experts)");
         for (int64_t t = 0; t < batch; ++t) {
             const int64_t s = routing[e * rt.strides[0] + t * rt.strides[1]];
             if (s == 0) continue;
-            if (s < 0 || s > topk) task_fail("moe: a moe_routing_indices entry is outside [0, topk]");
+            if (s < 0 || s > topk) return task_fail(v, "moe: a moe_routing_indices entry is outside [0, topk]");
             const int64_t slot = s - 1;
             f(e, t, slot);
         }

@@ -57,18 +57,27 @@ MPK_DEVICE MPK_INLINE AttnRequest attn_request(const TaskView& v) {
     q.page_size = kc.dims[1];
     q.seq_len = q.num_pages > 0 ? (q.num_pages - 1) * q.page_size + v.meta->paged_kv_last_page_len_buffer[r] : 0;
     const Tile2D xt = tile2d(v.in_tile(0));
-    if (q.tokens < 0 || q.first < 0 || q.first + q.tokens > xt.rows)
-        task_fail("paged_attention: qo_indptr_buffer gives the request rows outside the input tile");
-    if (q.seq_len < q.tokens || q.seq_len > v.iparam(2) || q.num_pages * q.page_size < q.seq_len)
-        task_fail("paged_attention: the request's pages (paged_kv_indptr_buffer, paged_kv_last_page_len_buffer) "
-                  "hold fewer tokens than it has new ones, or more than max_seq_length");
+    // (every thread reads the same entries: the whole block sees a request of no token and returns)
+    if (q.tokens < 0 || q.first < 0 || q.first + q.tokens > xt.rows) {
+        task_fail(v, "paged_attention: qo_indptr_buffer gives the request rows outside the input tile");
+        q.tokens = 0;
+    } else if (q.seq_len < q.tokens || q.seq_len > v.iparam(2) || q.num_pages * q.page_size < q.seq_len) {
+        task_fail(v, "paged_attention: the request's pages (paged_kv_indptr_buffer, paged_kv_last_page_len_buffer) "
+                     "hold fewer tokens than it has new ones, or more than max_seq_length");
+        q.tokens = 0;
+    }
     return q;
 }
 
-// The element offset of position pos's slot in a cache tile [pages, page_size, 1, D] (d = 0).
-MPK_DEVICE MPK_INLINE int64_t attn_slot(const AttnRequest& q, const MpkTile& t, int64_t pos) {
+// The element offset of position pos's slot in a cache tile [pages, page_size, 1, D] (d = 0); -1 for a page
+// index outside the cache, which fails the task: the caller skips the access (one lane may see it alone, so
+// the warp carries on to its collectives).
+MPK_DEVICE MPK_INLINE int64_t attn_slot(const TaskView& v, const AttnRequest& q, const MpkTile& t, int64_t pos) {
     const int64_t page = q.pages[pos / q.page_size];
-    if (page < 0 || page >= t.dims[0]) task_fail("paged_attention: a page index outside the KV cache");
+    if (page < 0 || page >= t.dims[0]) {
+        task_fail(v, "paged_attention: a page index outside the KV cache");
+        return -1;
+    }
     return page * t.strides[0] + (pos % q.page_size) * t.strides[1];
 }
 
@@ -152,7 +161,9 @@ __device__ void attn_store_kv(const TaskView& v, const AttnRequest& q, const Att
             attn_norm_rope<NV>(e, o.k_norm, o.cos ? o.cos + pos * o.cos_stride : nullptr,
                                o.sin ? o.sin + pos * o.sin_stride : nullptr, o.eps);
         const MpkTile& t = is_k ? kt : vt;
-        T* slot = (is_k ? kc : vc) + attn_slot(q, t, pos);
+        const int64_t at = attn_slot(v, q, t, pos);  // (warp-uniform)
+        if (at < 0) continue;
+        T* slot = (is_k ? kc : vc) + at;
         MPK_UNROLL
         for (int k = 0; k < NV; ++k) slot[(lane + 32 * k) * t.strides[3]] = from_float<T>(e[k]);
     }
@@ -187,8 +198,9 @@ __device__ float attn_pair(const TaskView& v, const AttnRequest& q, const AttnOp
     for (int64_t base = k_lo; base < end; base += 32) {
         const int64_t j = base + lane;
         float s = -INFINITY;
-        if (j < end) {
-            const T* kr = kc + attn_slot(q, kt, j);
+        const int64_t at = j < end ? attn_slot(v, q, kt, j) : -1;
+        if (at >= 0) {
+            const T* kr = kc + at;
             s = 0.0f;
             for (int d = 0; d < 32 * NV; ++d) s += qw[d] * to_float(kr[d * kt.strides[3]]);
         }
@@ -202,7 +214,9 @@ __device__ float attn_pair(const TaskView& v, const AttnRequest& q, const AttnOp
         MPK_UNROLL
         for (int k = 0; k < NV; ++k) acc[k] *= alpha;
         for (int64_t jj = 0; jj < n; ++jj) {
-            const T* vr = vc + attn_slot(q, vt, base + jj);
+            const int64_t at = attn_slot(v, q, vt, base + jj);  // (warp-uniform)
+            if (at < 0) continue;
+            const T* vr = vc + at;
             const float pj = pw[jj];
             MPK_UNROLL
             for (int k = 0; k < NV; ++k) acc[k] += pj * to_float(vr[(lane + 32 * k) * vt.strides[3]]);
@@ -246,7 +260,7 @@ __device__ void paged_attention_rows(const TaskView& v) {
     switch (v.in_tile(1).dims[3]) {                                                           \
         case 64: fn<T, 2>(v); break;                                                          \
         case 128: fn<T, 4>(v); break;                                                         \
-        default: task_fail("paged_attention: head_dim is not 64 or 128");                     \
+        default: task_fail(v, "paged_attention: head_dim is not 64 or 128");                  \
     }
 
 // ---- dispatch

@@ -29,7 +29,7 @@ __device__ void paged_attention_split_kv_merge_task(const TaskView& v) {
     const MpkTile &lt = v.in_tile(0), &xt = v.in_tile(1);
     const Tile2D yt = tile2d(v.out_tile(0));
     if (rows < 0 || first < 0 || first + rows > yt.rows)
-        task_fail("paged_attention_split_kv_merge: qo_indptr_buffer gives the request rows outside the tiles");
+        return task_fail(v, "paged_attention_split_kv_merge: qo_indptr_buffer gives the request rows outside the tiles");
     const int64_t G = yt.cols / D, C = lt.dims[1] / G;
     const float* lse = v.in<const float>(0);
     const T* x = v.in<const T>(1);

@@ -51,10 +51,10 @@ MPK_DEVICE MPK_INLINE float quantize_block(const T* x, const Tile2D& xt, fp8_e4m
 }
 
 template <typename T>
-__device__ void quantize_fp8_rows(const T* x, const Tile2D& xt, fp8_e4m3_t* q, const Tile2D& qt, float* s,
-                                  const Tile2D& st, int group) {
+__device__ void quantize_fp8_rows(const TaskView& v, const T* x, const Tile2D& xt, fp8_e4m3_t* q, const Tile2D& qt,
+                                  float* s, const Tile2D& st, int group) {
     const int lane = static_cast<int>(threadIdx.x % 32), warps = static_cast<int>(blockDim.x / 32);
-    if (group != 64 && group != 128) task_fail("quantize_fp8: group_size must be 64 or 128");
+    if (group != 64 && group != 128) return task_fail(v, "quantize_fp8: group_size must be 64 or 128");
     const int64_t groups = st.cols;
     for (int64_t w = threadIdx.x / 32; w < xt.rows * groups; w += warps) {   // warp-uniform
         const int64_t r = w / groups;
@@ -77,13 +77,14 @@ MPK_DEVICE MPK_INLINE unsigned ue8m0_code(float s) {
 }
 
 template <typename T>
-__device__ void quantize_fp8_ue8m0_rows(const T* x, const Tile2D& xt, fp8_e4m3_t* q, const Tile2D& qt,
-                                        uint32_t* s, const Tile2D& st, int group, int64_t first_row) {
+__device__ void quantize_fp8_ue8m0_rows(const TaskView& v, const T* x, const Tile2D& xt, fp8_e4m3_t* q,
+                                        const Tile2D& qt, uint32_t* s, const Tile2D& st, int group,
+                                        int64_t first_row) {
     const int lane = static_cast<int>(threadIdx.x % 32), warps = static_cast<int>(blockDim.x / 32);
-    if (group != 64 && group != 128) task_fail("quantize_fp8: group_size must be 64 or 128");
+    if (group != 64 && group != 128) return task_fail(v, "quantize_fp8: group_size must be 64 or 128");
     const int64_t groups = xt.cols / group, words = (groups + 3) / 4;
     if (words != st.rows || first_row < 0 || first_row + xt.rows > st.cols)
-        task_fail("quantize_fp8: the UE8M0 scales are not [ceil(K / group / 4), aligned rows] for this task's rows");
+        return task_fail(v, "quantize_fp8: the UE8M0 scales are not [ceil(K / group / 4), aligned rows] for this task's rows");
     for (int64_t w = threadIdx.x / 32; w < xt.rows * words; w += warps) {   // warp-uniform
         const int64_t r = w / words, p = w % words;
         uint32_t word = 0;
@@ -105,11 +106,11 @@ __device__ void quantize_fp8_ue8m0_rows(const T* x, const Tile2D& xt, fp8_e4m3_t
 template <typename T>
 __device__ void quantize_fp8_task(const TaskView& v) {
     if (v.iparam(1))
-        quantize_fp8_ue8m0_rows<T>(v.in<const T>(0), tile2d(v.in_tile(0)), v.out<fp8_e4m3_t>(0),
+        quantize_fp8_ue8m0_rows<T>(v, v.in<const T>(0), tile2d(v.in_tile(0)), v.out<fp8_e4m3_t>(0),
                                    tile2d(v.out_tile(0)), v.out<uint32_t>(1), tile2d(v.out_tile(1)),
                                    static_cast<int>(v.iparam(0)), v.iparam(2));
     else
-        quantize_fp8_rows<T>(v.in<const T>(0), tile2d(v.in_tile(0)), v.out<fp8_e4m3_t>(0), tile2d(v.out_tile(0)),
+        quantize_fp8_rows<T>(v, v.in<const T>(0), tile2d(v.in_tile(0)), v.out<fp8_e4m3_t>(0), tile2d(v.out_tile(0)),
                              v.out<float>(1), tile2d(v.out_tile(1)), static_cast<int>(v.iparam(0)));
 }
 

@@ -68,8 +68,10 @@ MPK_DEVICE MPK_INLINE SamplingKey sampling_key(const TaskView& v, int64_t row) {
     for (int64_t s = 0; s < v.iparam(1); ++s) {
         if (qo[s] <= row && row < qo[s + 1]) {
             const int32_t r = v.meta->request_ids[s];
-            if (r < 0 || r >= v.iparam(2))
-                task_fail("sampling_sm100: request_ids names a request outside the step meta tensor");
+            if (r < 0 || r >= v.iparam(2)) {  // (the row's threads only: carry on without reading step)
+                task_fail(v, "sampling_sm100: request_ids names a request outside the step meta tensor");
+                break;
+            }
             return SamplingKey{static_cast<uint32_t>(r), static_cast<uint32_t>(v.meta->step[r] + (row - qo[s]))};
         }
     }

@@ -45,7 +45,7 @@ OPTIONS = {
 LIBRARY = {"thread": "libtsan.so", "address": "libasan.so"}
 # Preloaded after the sanitizer runtime. ASan resolves the real __cxa_throw when it starts; CPython
 # does not link libstdc++ (torch and the modules bring it in later, by dlopen), so without it the
-# first C++ throw (a kernel's task_fail, any caught exception) dies in ASan's interceptor:
+# first C++ throw (a kernel's SIMT error, any caught exception) dies in ASan's interceptor:
 # `AddressSanitizer: CHECK failed: asan_interceptors.cpp:320 "((__interception::real___cxa_throw))
 # != (0)"`, exit 1 (GCC bug 84428, google/sanitizers#934).
 CXX_RUNTIME = {"address": "libstdc++.so.6"}

@@ -478,29 +478,39 @@ static void check_allreduce_abort(int threads) {
           (long long)rk.sig[0][2], (long long)rk.sig[0][1]);
 }
 
-// A task table allreduce's layer could not have built (no signal counters; a use past uses):
-// task_fail (common.cuh) throws from inside the block and run_block hands it to the caller.
+// A task table allreduce's layer could not have built (no signal counters; a use past uses): task_fail
+// (common.cuh) records the message in the view's record, and every thread leaves the task (nothing is
+// signalled); without a record (a view built by hand) it throws, and run_block hands it to the caller.
 static void check_allreduce_bad_task() {
     Ranks<float> rk(1, 1, 2, 8, 1);
     MpkTask task = rk.task(0, 0);
     TaskView v = rk.view(task, 0, 1, 128, 1);
     v.peer_signals = nullptr;
-    std::string what[2];
+    std::string what[3];
     for (int i = 0; i < 2; ++i) {
-        try {
-            MPK_RUN_TASK(v, (allreduce_task<float>));
-        } catch (const std::exception& e) {
-            what[i] = e.what();
-        }
+        TaskFailure failure{};
+        v.failure = &failure;
+        MPK_RUN_TASK(v, (allreduce_task<float>));
+        what[i] = failure.owner == uint64_t(reinterpret_cast<uintptr_t>(v.task)) ? failure.message : "(no record)";
         v.peer_signals = rk.peer_signals.data();
         task.iparams[1] = 1;  // use 1 of 1 use per pass
     }
+    v.failure = nullptr;
+    try {
+        MPK_RUN_TASK(v, (allreduce_task<float>));
+    } catch (const std::exception& e) {
+        what[2] = e.what();
+    }
     const bool pass = what[0].find("allreduce: no signal counters") != std::string::npos &&
-                      what[1].find("bad slot use") != std::string::npos;
-    printf("allreduce f32  a bad task (no counters; use >= uses) throws naming it %s\n", pass ? "PASS" : "FAIL");
+                      what[1].find("bad slot use") != std::string::npos && what[2].find("bad slot use") != std::string::npos &&
+                      rk.sig[0][0] == 0;
+    printf("allreduce f32  a bad task (no counters; use >= uses) records its message, signals nothing; throws "
+           "without a record %s\n", pass ? "PASS" : "FAIL");
     CHECK(what[0].find("allreduce: no signal counters") != std::string::npos, "no counters: got \"%s\"",
           what[0].c_str());
     CHECK(what[1].find("bad slot use") != std::string::npos, "use >= uses: got \"%s\"", what[1].c_str());
+    CHECK(what[2].find("bad slot use") != std::string::npos, "no record: got \"%s\"", what[2].c_str());
+    CHECK(rk.sig[0][0] == 0, "a failed task signalled (%lld)", (long long)rk.sig[0][0]);
 }
 
 // `world` ranks on OS threads, `passes` passes of 2 layers sharing the `grid` slots, new inputs

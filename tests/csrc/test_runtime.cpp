@@ -10,6 +10,7 @@
 //       (names: substrings of the tests' names in main, e.g. /tmp/t interrupt stuck)
 #include "runtime/runtime.h"
 #include "runtime/simt.h"
+#include "tasks/common.cuh"  // task_fail (fake::FAIL)
 
 #include <algorithm>
 #include <atomic>
@@ -27,7 +28,8 @@
 // ---- fake kernels
 
 namespace fake {
-enum Variant { SUM = 0, MODEL = 1, THROW = 2, PEER = 3, PROBE = 4, SPIN = 5, PAIR = 6, SMEM = 7, STATIC_SMEM = 8 };
+enum Variant { SUM = 0, MODEL = 1, THROW = 2, PEER = 3, PROBE = 4, SPIN = 5, PAIR = 6, SMEM = 7, STATIC_SMEM = 8,
+               FAIL = 9 };
 constexpr int kRow = 32;      // int64 entries per MODEL log row
 constexpr int kMaxRows = 16;
 
@@ -86,6 +88,14 @@ inline void static_smem_stale(const mpk::TaskView& v) {
     if (threadIdx.x == 0) *v.out<uint64_t>(0) = uint64_t(stale);
 }
 
+// FAIL: SUM, and while g_fail_armed the block's last thread (not the leader) calls task_fail (tasks/
+// common.cuh) as a kernel with a bad input does; the other threads carry on (no barrier follows).
+extern std::atomic<int> g_fail_armed;
+inline void fail(const mpk::TaskView& v) {
+    if (threadIdx.x == 0) sum(v);
+    if (g_fail_armed.load() && int(threadIdx.x) == int(blockDim.x) - 1) mpk::task_fail(v, "injected task_fail");
+}
+
 // PROBE and SPIN see the handle under test (a test-harness global; the runtime has none).
 void probe(const mpk::TaskView& v);
 void spin(const mpk::TaskView& v);
@@ -106,6 +116,7 @@ inline bool execute_task(const mpk::TaskView& v) {
     case fake::PAIR: if (leader) fake::pair(v); return true;
     case fake::SMEM: fake::smem_stale(v); return true;
     case fake::STATIC_SMEM: fake::static_smem_stale(v); return true;
+    case fake::FAIL: fake::fail(v); return true;
     default: return false;
     }
 }
@@ -115,7 +126,7 @@ inline bool execute_task(const mpk::TaskView& v) {
 
 namespace fake {
 std::atomic<mpk::host::Kernel*> g_kernel{nullptr};
-std::atomic<int> g_violations{0}, g_queued_seen{0}, g_release{0};
+std::atomic<int> g_violations{0}, g_queued_seen{0}, g_release{0}, g_fail_armed{0};
 // The monotonic clock in ns (the executor's now_ns on the CPU), so a kernel can say when it got
 // somewhere and a test can time from there rather than from the launch.
 int64_t steady_ns() {
@@ -311,7 +322,8 @@ static Built build(const Graph& g, int slots = 1) {
 }
 
 static bool writes_value(int variant) {
-    return variant == fake::SUM || variant == fake::PROBE || variant == fake::SPIN || variant == fake::PAIR;
+    return variant == fake::SUM || variant == fake::PROBE || variant == fake::SPIN || variant == fake::PAIR ||
+           variant == fake::FAIL;
 }
 
 static std::vector<uint64_t> expected_values(const Graph& g) {
@@ -784,6 +796,34 @@ static void test_kernel_exception() {
     CHECK(in.progress()[5] == 0, "the consumer of the failed task ran");
     printf("a kernel that throws -> MPK_INTERNAL, process alive: \"%s\" %s\n", msg.c_str(),
            g_failures == before ? "PASS" : "FAIL");
+}
+
+// task_fail from a thread other than the leader, in two tasks that may run side by side on two workers:
+// MPK_TASK_FAILED naming one of them (the first failure wins), the consumer never runs; disarmed, the next
+// launch of the same handle is a clean run (the record is reset per launch, the worker threads are back).
+static void test_task_fail_then_clean_launch() {
+    const int before = g_failures;
+    Graph g = chain(3);
+    g.add({3}, fake::FAIL);
+    g.add({3}, fake::FAIL);
+    g.add({4, 5});
+    MpkConfig c = default_config();
+    c.num_workers = 4;
+    Instance in(g, c);
+    CHECK(in.init(), "%s", in.init_error.c_str());
+    fake::g_fail_armed = 1;
+    in.launch();
+    const std::string msg = in.message();
+    const bool named = msg.find("task 4 (") == 0 || msg.find("task 5 (") == 0;
+    CHECK(in.status == MPK_TASK_FAILED && named && msg.find("failed: injected task_fail (thread ") != std::string::npos,
+          "%d %s", in.status, msg.c_str());
+    CHECK(in.progress()[6] == 0, "the consumer of a failed task ran");
+    fake::g_fail_armed = 0;
+    in.reset_buffers();
+    in.launch();
+    in.check_clean_run(1, "the launch after a task failure");
+    printf("task_fail in two tasks -> MPK_TASK_FAILED \"%s\", then a clean launch of the same handle %s\n",
+           msg.c_str(), g_failures == before ? "PASS" : "FAIL");
 }
 
 static void test_unknown_variant() {
@@ -1445,6 +1485,7 @@ int main(int argc, char** argv) {
         {"nothing_scheduled", test_nothing_scheduled},
         {"invalid_at_launch", test_invalid_at_launch},
         {"kernel_exception", test_kernel_exception},
+        {"task_fail", test_task_fail_then_clean_launch},
         {"unknown_variant", test_unknown_variant},
         {"hang", test_hang},
         {"in_kernel_watchdog", test_in_kernel_watchdog},

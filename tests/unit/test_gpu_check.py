@@ -5,11 +5,12 @@
   MPK_NVCC_IDENTITY naming the nvcc that built it: what gpu_check.sh sets on the GPU machine), and a
   source nobody built ahead is an MPKCompileError naming the missing nvcc and the way out;
 - gpu_check.sh --dry-run runs every stage the CPU can (the executor stage's chain / fork / join graphs
-  on the CPU backend, their CUDA modules built with nvcc, the cache's size checked, every layer folder
-  collected with MPK_TEST_DEVICE=cuda as the run mode loads it: its subset, MPK_GPU_SUBSET, at cc 90, each
-  folder's selected count and estimated GPU seconds printed, their sum within LIMIT_LAYERS) and says
-  SKIP(dry run: ...) for the GPU stages, so the script cannot rot; negative control: with broken kernel
-  sources and a 1 s layers limit the same run fails and says which stages;
+  on the CPU backend, the failure stage's failing task then clean runs, their CUDA modules built with
+  nvcc, the cache's size checked, every layer folder collected with MPK_TEST_DEVICE=cuda as the run mode
+  loads it: its subset, MPK_GPU_SUBSET, at cc 90, each folder's selected count and estimated GPU seconds
+  printed, their sum within LIMIT_LAYERS) and says SKIP(dry run: ...) for the GPU stages, so the script
+  cannot rot; negative control: with broken kernel sources and a 1 s layers limit the same run fails and
+  says which stages;
 - gpu_check.sh without --dry-run where torch sees no GPU fails within seconds, naming why (a check that
   ran nothing on a GPU never says "0 failed"); its run-mode time limits sum to at most 10 minutes.
 The GPU stages themselves run only where a GPU is: docs/runtime.md, "GPU check".
@@ -96,7 +97,8 @@ def test_gpu_check_dry_run_runs_every_stage_the_cpu_can(tmp_path):
     code, out, summary = dry_run(tmp_path)
     assert code == 0, out
     status = {s["name"]: s["status"] for s in summary["stages"]}
-    stages = {"props": "PASS", "executor": "PASS", "prepare-executor": "PASS", "cache-size": "PASS",
+    stages = {"props": "PASS", "executor": "PASS", "failure": "PASS", "prepare-executor": "PASS",
+              "prepare-failure": "PASS", "cache-size": "PASS",
               **{f"collect:{layer}": "PASS" for layer in LAYERS}, "layers-budget": "PASS",
               "layers": "SKIP(dry run: the layer tests need a GPU; each folder was collected on the CUDA "
                         "path above)",
@@ -118,8 +120,10 @@ def test_gpu_check_dry_run_runs_every_stage_the_cpu_can(tmp_path):
     want = {(g, w) for g in ("chain", "fork", "join") for w in (1, 3)}
     assert {(r["graph"], r["workers"]) for r in runs} >= want, runs
     assert all(r["exact"] and r["passes"] >= 2 for r in runs), runs
+    failed = [r for r in summary["results"] if r["stage"] == "failure"]   # a task fails, then clean runs
+    assert failed and all(r["ok"] for r in failed), failed
     built = [ln for ln in out.splitlines() if ln.startswith("built ahead: ")]
-    assert built and int(built[0].split()[2]) >= 2, out     # CUDA modules of the identity and join graphs
+    assert built and int(built[0].split()[2]) >= 3, out     # the identity, join and failure graphs
     assert "(limit 64 MiB)" in built[0], built
     assert summary["mode"] == "dry-run" and summary["ran_on_gpu"] is False
     assert f"GPU CHECK (dry run: nothing ran on a GPU): {len(stages)} stages, 0 failed, 2 skipped" in out, out
@@ -151,8 +155,8 @@ def test_gpu_check_dry_run_fails_naming_the_stage(tmp_path):
         return
     assert status["collect:bad"] == "FAIL(exit 2)", status
     assert "Torch not compiled with CUDA enabled" in (tmp_path / "out" / "collect_bad.log").read_text()
-    assert "GPU CHECK (dry run: nothing ran on a GPU): 9 stages, 4 failed: executor, prepare-executor, " \
-           "collect:bad, layers-budget, 2 skipped" in out, out
+    assert "GPU CHECK (dry run: nothing ran on a GPU): 11 stages, 6 failed: executor, failure, " \
+           "prepare-executor, prepare-failure, collect:bad, layers-budget, 2 skipped" in out, out
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="torch sees a GPU: the run mode would run the stages")
@@ -167,14 +171,14 @@ def test_gpu_check_without_a_gpu_fails_at_once_naming_why(tmp_path):
     status = {s["name"]: s["status"] for s in summary["stages"]}
     assert code == 1, out
     assert status["props"] == "PASS" and status["gpu"] == f"FAIL(no GPU: {why})", status
-    assert status["executor"] == status["layers"] == "FAIL(not run: no GPU)", status
+    assert status["executor"] == status["failure"] == status["layers"] == "FAIL(not run: no GPU)", status
     assert status["sanitizers"].startswith("FAIL(not run: no GPU"), status
     if shutil.which("compute-sanitizer") is None:       # a missing sanitizer is named too
         assert "compute-sanitizer not on PATH" in status["sanitizers"], status
     assert not any(s.startswith("SKIP") for s in status.values()), status
     assert summary["ran_on_gpu"] is False
-    assert f"GPU CHECK (nothing ran on a GPU: no GPU: {why}): 5 stages, 4 failed: gpu, executor, layers, " \
-           f"sanitizers;" in out, out
+    assert f"GPU CHECK (nothing ran on a GPU: no GPU: {why}): 6 stages, 5 failed: gpu, executor, failure, " \
+           f"layers, sanitizers;" in out, out
     assert run_limits(out) <= RUN_LIMIT_S
     assert seconds < 60, f"the no-GPU run took {seconds:.0f} s: it must fail at once"
 

@@ -31,15 +31,13 @@ TESTMODE = testing.load_reference(FOLDER, name="test_paged_attention_testmode")
 pytestmark = pytest.mark.skipif(os.environ.get("MPK_TEST_DEVICE", "cpu") != "cpu",
                                 reason="the messages asserted are the CPU emulation's")
 
-OTHER_PAGE = ("const T* kr = kc + attn_slot(q, kt, j);",
-              "const T* kr = kc + attn_slot(q, kt, j) + kt.strides[0];")
+OTHER_PAGE = ("const T* kr = kc + at;", "const T* kr = kc + at + kt.strides[0];")
 NO_CAUSAL = ("const int64_t end = k_hi < pos + 1 ? k_hi : pos + 1;", "const int64_t end = k_hi;")
 RELATIVE_ROPE = ("attn_norm_rope<NV>(x, o.q_norm, o.cos ? o.cos + pos * o.cos_stride : nullptr,\n"
                  "                       o.sin ? o.sin + pos * o.sin_stride : nullptr, o.eps);",
                  "attn_norm_rope<NV>(x, o.q_norm, o.cos ? o.cos + i * o.cos_stride : nullptr,\n"
                  "                       o.sin ? o.sin + i * o.sin_stride : nullptr, o.eps);")
-NEXT_SLOT = ("T* slot = (is_k ? kc : vc) + attn_slot(q, t, pos);",
-             "T* slot = (is_k ? kc : vc) + attn_slot(q, t, pos) + t.strides[1];")
+NEXT_SLOT = ("T* slot = (is_k ? kc : vc) + at;", "T* slot = (is_k ? kc : vc) + at + t.strides[1];")
 MIXED = KERNEL.CASES[1]          # four requests, cached and new tokens, permuted pages, an empty slot
 DECODE = TESTMODE.CASES[1]       # a decode step over 39 and 20 cached tokens
 

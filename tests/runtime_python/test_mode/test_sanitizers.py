@@ -68,7 +68,7 @@ extern "C" int read_past_end(int n) {
     delete[] p;
     return v;
 }
-// what a kernel's task_fail does (csrc/tasks/common.cuh), caught here
+// what the SIMT emulation does with a kernel's violation (csrc/runtime/simt_cpu.h), caught here
 extern "C" int throw_and_catch(int n) {
     try {
         throw std::runtime_error("thrown");
@@ -160,7 +160,7 @@ def test_report_is_counted_with_stderr_captured(asan_module):
 
 
 def test_cxx_exception_under_asan(asan_module):
-    """A C++ throw in a sanitized module (a kernel's task_fail) is caught as usual under ASan: the harness
+    """A C++ throw in a sanitized module (a SIMT error in a kernel) is caught as usual under ASan: the harness
     preloads libstdc++ after libasan, so ASan's __cxa_throw interceptor finds the real one."""
     result = run_under_sanitizer("address", ["-c", CAPTURED_CHILD, asan_module, "throw_and_catch"], TIMEOUT_S)
     _show(result)
