@@ -35,6 +35,7 @@ from ..dtypes import to_dtype
 from ..errors import MPKFootprintError
 from ..graph import Task
 from ..layers import DEFAULT_CHECKS, NONZERO, Layer
+from ..meta import check_batch
 from ..tensor import ATTACHED, SHUFFLED, DTensor, check_name, shuffle_into
 from .checks import check_nonvacuous
 from .diagnosis import nan_note
@@ -445,6 +446,7 @@ def run_tasks(layer_call: Callable, tensors: dict[str, torch.Tensor], coords=Non
                              f"takes exactly one")
         layer = pk.layers[0]
         pk.compile()
+        check_batch(pk.params, pk.meta_tensors)    # the layout as given: tasks index with it (docs/runtime.md)
         tasks = _select(pk.graph.layer_tasks(layer), coords, layer)
         for t in pk._table():
             if t.kind == SHUFFLED:
