@@ -126,15 +126,17 @@ def check_batch(p: dict, meta: dict[str, torch.Tensor]) -> None:
     with tokens, num_new_tokens."""
     check_requests(p, meta)
     rows, pages, ps = p["max_num_batched_tokens"], p["max_num_pages"], p["page_size"]
-    qo = _indptr("qo_indptr_buffer", meta["qo_indptr_buffer"], (rows, f"max_num_batched_tokens ({rows}), the "
-                                                                      f"batch's rows"))
-    kv = _indptr("paged_kv_indptr_buffer", meta["paged_kv_indptr_buffer"], (pages, f"max_num_pages ({pages})"))
+    qo = _indptr("qo_indptr_buffer", meta["qo_indptr_buffer"],
+                 (rows, f"max_num_batched_tokens ({rows}), the batch's rows"))
+    kv = _indptr("paged_kv_indptr_buffer", meta["paged_kv_indptr_buffer"],
+                 (pages, f"max_num_pages ({pages})"))
     used = torch.arange(pages) < int(kv[-1])
     _first_bad("paged_kv_indices_buffer", meta["paged_kv_indices_buffer"], (0, "0"),
                (pages - 1, f"max_num_pages - 1 ({pages - 1}), the cache's last page"),
                f"entries [0, {int(kv[-1])}) are the slots' pages", used)
     _first_bad("paged_kv_last_page_len_buffer", meta["paged_kv_last_page_len_buffer"], (1, "1"),
-               (ps, f"page_size ({ps})"), "the tokens in the last page of a slot with pages", kv[1:] > kv[:-1])
+               (ps, f"page_size ({ps})"), "the tokens in the last page of a slot with pages",
+               kv[1:] > kv[:-1])
     n = meta["step"].shape[0]
     _first_bad("request_ids", meta["request_ids"], (0, "0"), (n - 1, f"total_num_requests - 1 ({n - 1})"),
                "the request of a slot with tokens", qo[1:] > qo[:-1])

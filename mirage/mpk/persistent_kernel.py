@@ -483,7 +483,8 @@ class PersistentKernel:
             for k, v in first.items():
                 self.meta_tensors[k].copy_(v)
             check_requests(self.params, self.meta_tensors)
-            self._meta_at_first_launch = first or {k: self.meta_tensors[k].clone() for k in ("step", "tokens")}
+            self._meta_at_first_launch = first or {k: self.meta_tensors[k].clone() for k in ("step",
+                                                                                              "tokens")}
             self._watched.poison()
         if self.device.type == "cuda" and not self.test_mode:   # enqueue on the caller's stream, return
             stream = kwargs.get("default_stream") or torch.cuda.current_stream(self.device)

@@ -355,9 +355,9 @@ META_P = dict(max_seq_length=8, max_num_batched_requests=2, max_num_batched_toke
               page_size=4)
 # a layout at every bound (a kernel-level run's, as a caller writes it): 2 requests, slot 0 with 3 rows
 # and pages [3, 0], slot 1 with 2 rows and pages [1, 2]; last pages full; step at max_seq_length
-GOOD_META = dict(qo_indptr_buffer=[0, 3, 5], paged_kv_indptr_buffer=[0, 2, 4], paged_kv_indices_buffer=[3, 0, 1, 2],
-                 paged_kv_last_page_len_buffer=[4, 1], request_ids=[1, 0], num_new_tokens=[5], step=[8, 0],
-                 prompt_lengths=[8, 1])
+GOOD_META = dict(qo_indptr_buffer=[0, 3, 5], paged_kv_indptr_buffer=[0, 2, 4],
+                 paged_kv_indices_buffer=[3, 0, 1, 2], paged_kv_last_page_len_buffer=[4, 1],
+                 request_ids=[1, 0], num_new_tokens=[5], step=[8, 0], prompt_lengths=[8, 1])
 
 
 def meta_values(**change) -> dict:
@@ -397,7 +397,8 @@ BAD_META_VALUES = [
 ]
 
 
-@pytest.mark.parametrize("rule,change,message", BAD_META_VALUES, ids=[c[0].replace(" ", "_") for c in BAD_META_VALUES])
+@pytest.mark.parametrize("rule,change,message", BAD_META_VALUES,
+                         ids=[c[0].replace(" ", "_") for c in BAD_META_VALUES])
 def test_meta_values_out_of_bounds(rule, change, message):
     from mirage.mpk.meta import check_batch
 
@@ -414,8 +415,8 @@ def test_meta_values_of_unused_entries_are_free():
     from mirage.mpk.meta import check_batch
 
     check_batch(META_P, meta_values(qo_indptr_buffer=[0, 3, 3], paged_kv_indptr_buffer=[0, 2, 2],
-                                    paged_kv_indices_buffer=[3, 0, -7, 99], paged_kv_last_page_len_buffer=[4, 0],
-                                    request_ids=[1, -1]))
+                                    paged_kv_indices_buffer=[3, 0, -7, 99],
+                                    paged_kv_last_page_len_buffer=[4, 0], request_ids=[1, -1]))
 
 
 def test_meta_values_checked_before_a_test_mode_launch():

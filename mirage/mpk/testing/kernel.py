@@ -446,7 +446,7 @@ def run_tasks(layer_call: Callable, tensors: dict[str, torch.Tensor], coords=Non
                              f"takes exactly one")
         layer = pk.layers[0]
         pk.compile()
-        check_batch(pk.params, pk.meta_tensors)    # the layout as given: tasks index with it (docs/runtime.md)
+        check_batch(pk.params, pk.meta_tensors)    # the layout as given: the tasks index with it
         tasks = _select(pk.graph.layer_tasks(layer), coords, layer)
         for t in pk._table():
             if t.kind == SHUFFLED:

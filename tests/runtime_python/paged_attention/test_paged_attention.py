@@ -174,8 +174,8 @@ BAD_LAYOUTS = [
      "meta tensor 'paged_kv_indptr_buffer'[0] = 100000, expected 0",
      "meta tensor 'paged_kv_indptr_buffer'[0] = 100000 leaves the page list (max_num_pages 3)"),
     ("fewer tokens in the pages than new ones", setter("paged_kv_last_page_len_buffer", 3), None,
-     "meta tensor 'paged_kv_last_page_len_buffer'[0] = 3 with its pages: the request's pages hold fewer tokens "
-     "than it has new ones"),
+     "meta tensor 'paged_kv_last_page_len_buffer'[0] = 3 with its pages: the request's pages hold fewer "
+     "tokens than it has new ones"),
 ]
 IDS = [b[0].replace(" ", "_") for b in BAD_LAYOUTS]
 
@@ -210,7 +210,8 @@ def test_paged_attention_kernel_level_meta_checked_before_the_launch(what, chang
         run_bad(change, after_check=False)
     msg = str(e.value)
     assert (said or failed) in msg, msg
-    testing.say(f"BAD_META paged_attention ({what}): {type(e.value).__name__}: {msg.splitlines()[0][:150]} PASS")
+    testing.say(f"BAD_META paged_attention ({what}): {type(e.value).__name__}: {msg.splitlines()[0][:150]} "
+                f"PASS")
 
 
 @pytest.mark.parametrize("what,change,said,failed", BAD_LAYOUTS[:3] + BAD_LAYOUTS[-1:],
