@@ -479,12 +479,11 @@ class PersistentKernel:
             # prepare_next_batch advances step and appends tokens; every test-mode launch starts
             # from the meta tensors as they were at the first one that passed their check (a bad
             # value is a ValueError before the launch, meta.py), so pk() can run again.
-            first = self._meta_at_first_launch or {}
+            first, m = self._meta_at_first_launch or {}, self.meta_tensors
             for k, v in first.items():
-                self.meta_tensors[k].copy_(v)
-            check_requests(self.params, self.meta_tensors)
-            self._meta_at_first_launch = first or {k: self.meta_tensors[k].clone() for k in ("step",
-                                                                                              "tokens")}
+                m[k].copy_(v)
+            check_requests(self.params, m)
+            self._meta_at_first_launch = first or {k: m[k].clone() for k in ("step", "tokens")}
             self._watched.poison()
         if self.device.type == "cuda" and not self.test_mode:   # enqueue on the caller's stream, return
             stream = kwargs.get("default_stream") or torch.cuda.current_stream(self.device)
