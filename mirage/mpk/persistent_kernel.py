@@ -442,7 +442,7 @@ class PersistentKernel:
             return None
         if self._fences is None:
             self._fences = memcheck.Fences(self._table(), graph, self.device.type == "cpu",
-                                           tuple(self.meta_tensors.values()))
+                                           self.meta_tensors)
         config.update(self._fences.config())
         return self._fences.pointers()
 

@@ -199,6 +199,9 @@ class _Harness:
         self.threads = pk.worker_threads
         self.table: list[DTensor] = pk._table()
         self.fences = pk._fences        # test mode's guarded copies (None on a GPU: red zones only)
+        if self.fences is not None:     # the tasks read the meta tensors' copies: the values as given now
+            for mid, _, m in self.fences.meta:
+                self.fences.guarded[mid].tensor.copy_(m)
         guarded = self.fences.guarded if self.fences is not None and pk.device.type == "cpu" else {}
         self.buffers = [SpanBuffer(t.data, guarded.get(t.id)) for t in self.table]
         self.pointers = [b.pointer for b in self.buffers]
@@ -281,12 +284,12 @@ class _Harness:
         for g in f.guarded.values():
             g.protect()
         addr, tid, access = records[0][:3]
-        t, g = next((t, f.guarded[t.id]) for t in self.table if t.id == tid)
+        g, src = f.guarded[tid], f.source(tid)
         lo = addr - g.base
         side = f"{lo - g.nbytes} bytes past its end" if lo >= g.nbytes else f"{-lo} bytes before its start"
         raise MPKFootprintError(
-            f"{self.where(task)} {abi.ACCESS[access]} outside tensor '{t.name}' ({t.dtype.name}, "
-            f"{tuple(t.data.shape)}, {g.nbytes} bytes): byte {lo} relative to its first element, {side} (a "
+            f"{self.where(task)} {abi.ACCESS[access]} outside {f.name(tid)} ({str(src.dtype)[6:]}, "
+            f"{tuple(src.shape)}, {g.nbytes} bytes): byte {lo} relative to its first element, {side} (a "
             f"guard page trapped it; {len(records)} access(es) recorded)")
 
     def task_seed(self, task: Task, k: int) -> int:
