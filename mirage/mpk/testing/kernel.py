@@ -32,7 +32,7 @@ import torch
 
 from .. import abi, build, guard, written
 from ..dtypes import to_dtype
-from ..errors import MPKFootprintError
+from ..errors import MPKFootprintError, MPKRuntimeError
 from ..graph import Task
 from ..layers import DEFAULT_CHECKS, NONZERO, Layer
 from ..meta import check_batch
@@ -269,13 +269,18 @@ class _Harness:
             b.slots.copy_(im.slots)
             for zone in b.red_zones():
                 zone.fill_(im.red)
-        thread = self.runtime.run_task(task.id, seed, self.pointers, watch, smem)
+        try:
+            thread = self.runtime.run_task(task.id, seed, self.pointers, watch, smem)
+        except MPKRuntimeError as e:    # an access outside a tensor before the failure is named first
+            self.check_guard_pages(task, then=str(e).splitlines()[0])
+            raise
         self.check_guard_pages(task)
         return thread
 
-    def check_guard_pages(self, task: Task) -> None:
+    def check_guard_pages(self, task: Task, then: str = "") -> None:
         """An access the guard-page handler recorded (csrc/runtime/guard.h: far past a red zone) is an
-        MPKFootprintError naming the tensor and the byte; the pages are closed again first."""
+        MPKFootprintError naming the tensor and the byte; the pages are closed again first. then: the
+        task's failure that followed the access, if it failed."""
         f = self.fences
         if f is None or not int(f.count[0]):
             return
@@ -290,7 +295,7 @@ class _Harness:
         raise MPKFootprintError(
             f"{self.where(task)} {abi.ACCESS[access]} outside {f.name(tid)} ({str(src.dtype)[6:]}, "
             f"{tuple(src.shape)}, {g.nbytes} bytes): byte {lo} relative to its first element, {side} (a "
-            f"guard page trapped it; {len(records)} access(es) recorded)")
+            f"guard page trapped it; {len(records)} access(es) recorded){'; then ' + then if then else ''}")
 
     def task_seed(self, task: Task, k: int) -> int:
         return (self.seed * 0x9E3779B97F4A7C15 + task.id * 0x632BE59BD9B4E019 + k) % 2**64
