@@ -64,7 +64,7 @@ class Fences:
     def __init__(self, tensors: list[DTensor], graph: Graph, pages: bool, meta: dict | None = None):
         self.tensors, self.graph = tensors, graph
         self.meta = [(-1 - i, k, meta[k]) for i, k in enumerate(abi.META_FIELDS)] if meta else []
-        own = {m.untyped_storage().data_ptr(): (mid, m) for mid, _, m in self.meta}
+        own = {m.untyped_storage().data_ptr(): (mid, m) for mid, _, m in self.meta if m.numel()}  # (0: none)
         self.guarded = {mid: guard.guarded_copy(m, pages=pages) for mid, _, m in self.meta}
         home = {t.id: own.get(t.data.untyped_storage().data_ptr()) for t in tensors if t.kind != SYMMETRIC}
         self.inside = {tid: _inside(tensors[tid].data, *m) for tid, m in home.items() if m is not None}
