@@ -48,7 +48,7 @@
 #define MPK_FAULT_OVERREAD 7      // ... reads amount elements starting element past output 0's tile
 
 // Test mode's guard pages (csrc/runtime/guard.h; CPU backend): a range is lo, hi (addresses) and
-// the tensor's index; a fault record is the address, the tensor, MPK_ACCESS_*, the task position
+// the tensor's index (-1 - i: meta tensor i, MpkMeta's i-th field); a fault record is the address, the tensor, MPK_ACCESS_*, the task position
 // the faulting worker showed (-1: none) and the worker (-1: mpk_run_task's caller). A page the
 // handler opens is filled with MPK_GUARD_RED_BYTE first (mirage/mpk/guard.py RED_BYTE).
 #define MPK_GUARD_RANGE_FIELDS 3

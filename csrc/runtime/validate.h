@@ -71,7 +71,9 @@ inline std::string validate(const MpkConfig* c, const MpkTask* tasks, const MpkE
             return "num_guard_ranges > 0 needs guard_ranges, guard_faults and guard_fault_count";
         for (int32_t i = 0; i < c->num_guard_ranges; ++i) {
             const int64_t* r = c->guard_ranges + int64_t(i) * MPK_GUARD_RANGE_FIELDS;
-            if (r[0] >= r[1] || r[2] < 0 || r[2] >= c->num_tensors)
+            // r[2]: a tensor, or -1 - i for meta tensor i (MpkMeta's i-th pointer: mirage/mpk/memcheck.py)
+            const int64_t num_meta = int64_t(sizeof(MpkMeta) / sizeof(void*));
+            if (r[0] >= r[1] || r[2] < -num_meta || r[2] >= c->num_tensors)
                 return bad("guard range %d: [%lld, %lld) of tensor %lld", i, (long long)r[0], (long long)r[1],
                            (long long)r[2]);
         }

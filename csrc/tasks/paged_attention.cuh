@@ -19,8 +19,10 @@
 //   flags (iparam(1)) & 1, cos and sin [positions, D] when flags & 2; outputs 0 output [rows, G * D],
 //   then k_cache and v_cache again (written in place: only the new tokens' slots).
 // A task whose request has no token returns at once. A batch layout the task cannot trust (rows past
-// its tiles, S < T, S > max_seq_len = iparam(2), a page index outside the cache) fails the task with
-// a message (common.cuh task_fail), never an access outside the tensors.
+// its tiles, a page range past the page list, S < T, S > max_seq_len = iparam(2), a page index outside
+// the cache) fails the task with a message naming the meta tensor, the entry and its value (common.cuh
+// task_fail), never an access outside the tensors. (Python refuses such values before a launch,
+// mirage/mpk/meta.py; these checks catch a value corrupted after that.)
 // Threads: one warp per K/V row in step 1 and per (token, query head) pair in step 3; lane l holds
 //   elements l + 32 k of a head vector (k < D / 32), so RoPE's partner d + D/2 is in the same lane.
 //   Keys go 32 at a time: lane l scores key base + l (a dot product with q from the warp's shared
@@ -31,6 +33,7 @@
 #pragma once
 #include <math.h>
 #include "common.cuh"
+#include "../runtime/text.h"
 
 namespace mpk {
 
@@ -40,31 +43,54 @@ constexpr float ATTN_EPS = 1e-6f;
 // ---- the request's part of the batch (meta tensors)
 struct AttnRequest {
     int64_t first = 0, tokens = 0, seq_len = 0;   // its first row, new tokens, cached + new tokens
-    const int32_t* pages = nullptr;               // its page list
-    int64_t num_pages = 0, page_size = 1;
+    const int32_t* pages = nullptr;               // its page list: paged_kv_indices_buffer + first_page
+    int64_t first_page = 0, num_pages = 0, page_size = 1;
 };
 
+// Fails the task: "paged_attention: meta tensor '<name>'[<i>] = <value> <why><bound>)", a corrupt meta
+// value named with its numbers (Text: no snprintf on the device). task_fail records the message (the
+// first failure of the launch wins) and returns: the caller goes on with an empty request or skips the slot.
+MPK_DEVICE inline void attn_fail(const TaskView& v, const char* name, int64_t i, int64_t value, const char* why,
+                                 int64_t bound) {
+    char msg[256];
+    Text(msg, int32_t(sizeof msg)).s("paged_attention: meta tensor '").s(name).s("'[").i(i).s("] = ").i(value)
+        .s(" ").s(why).i(bound).s(")");
+    task_fail(v, msg);
+}
+
+// Request slot r = iparam(0) (< max_num_batched_requests: the grid's x, so its indptr entries exist).
+// Every meta value it indexes with is checked first: the rows against the input tile, the page range
+// against the cache's pages (the cache tile's dim 0 is max_num_pages, the page list's length:
+// layers/paged_attention.py checks it and never splits it), the token count against both.
 MPK_DEVICE MPK_INLINE AttnRequest attn_request(const TaskView& v) {
     const int64_t r = v.iparam(0);
     const MpkTile& kc = v.in_tile(1);
+    const int32_t *qo = v.meta->qo_indptr_buffer, *kv = v.meta->paged_kv_indptr_buffer;
     AttnRequest q;
-    q.first = v.meta->qo_indptr_buffer[r];
-    q.tokens = v.meta->qo_indptr_buffer[r + 1] - q.first;
+    q.first = qo[r];
+    q.tokens = qo[r + 1] - q.first;
     if (q.tokens == 0) return q;
-    const int64_t p0 = v.meta->paged_kv_indptr_buffer[r];
-    q.num_pages = v.meta->paged_kv_indptr_buffer[r + 1] - p0;
-    q.pages = v.meta->paged_kv_indices_buffer + p0;
+    const int64_t rows = tile2d(v.in_tile(0)).rows, pages = kc.dims[0];
+    if (q.tokens < 0 || q.first < 0 || q.first + q.tokens > rows) {
+        const int64_t i = q.first < 0 || q.first > rows ? r : r + 1;
+        attn_fail(v, "qo_indptr_buffer", i, qo[i], "gives the request rows outside the input tile (rows ", rows);
+        return AttnRequest{};
+    }
+    q.first_page = kv[r];
+    q.num_pages = kv[r + 1] - q.first_page;
+    if (q.first_page < 0 || q.num_pages < 0 || q.first_page + q.num_pages > pages) {
+        const int64_t i = q.first_page < 0 || q.first_page > pages ? r : r + 1;
+        attn_fail(v, "paged_kv_indptr_buffer", i, kv[i], "leaves the page list (max_num_pages ", pages);
+        return AttnRequest{};
+    }
+    q.pages = v.meta->paged_kv_indices_buffer + q.first_page;
     q.page_size = kc.dims[1];
-    q.seq_len = q.num_pages > 0 ? (q.num_pages - 1) * q.page_size + v.meta->paged_kv_last_page_len_buffer[r] : 0;
-    const Tile2D xt = tile2d(v.in_tile(0));
-    // (every thread reads the same entries: the whole block sees a request of no token and returns)
-    if (q.tokens < 0 || q.first < 0 || q.first + q.tokens > xt.rows) {
-        task_fail(v, "paged_attention: qo_indptr_buffer gives the request rows outside the input tile");
-        q.tokens = 0;
-    } else if (q.seq_len < q.tokens || q.seq_len > v.iparam(2) || q.num_pages * q.page_size < q.seq_len) {
-        task_fail(v, "paged_attention: the request's pages (paged_kv_indptr_buffer, paged_kv_last_page_len_buffer) "
-                     "hold fewer tokens than it has new ones, or more than max_seq_length");
-        q.tokens = 0;
+    const int64_t last = q.num_pages > 0 ? v.meta->paged_kv_last_page_len_buffer[r] : 0;
+    q.seq_len = q.num_pages > 0 ? (q.num_pages - 1) * q.page_size + last : 0;
+    if (q.seq_len < q.tokens || q.seq_len > v.iparam(2) || q.num_pages * q.page_size < q.seq_len) {
+        attn_fail(v, "paged_kv_last_page_len_buffer", r, last, "with its pages: the request's pages hold fewer "
+                  "tokens than it has new ones, or more than max_seq_length (", v.iparam(2));
+        return AttnRequest{};
     }
     return q;
 }
@@ -73,9 +99,10 @@ MPK_DEVICE MPK_INLINE AttnRequest attn_request(const TaskView& v) {
 // index outside the cache, which fails the task: the caller skips the access (one lane may see it alone, so
 // the warp carries on to its collectives).
 MPK_DEVICE MPK_INLINE int64_t attn_slot(const TaskView& v, const AttnRequest& q, const MpkTile& t, int64_t pos) {
-    const int64_t page = q.pages[pos / q.page_size];
+    const int64_t k = pos / q.page_size, page = q.pages[k];
     if (page < 0 || page >= t.dims[0]) {
-        task_fail(v, "paged_attention: a page index outside the KV cache");
+        attn_fail(v, "paged_kv_indices_buffer", q.first_page + k, page, "is a page index outside the KV cache (pages ",
+                  t.dims[0]);
         return -1;
     }
     return page * t.strides[0] + (pos % q.page_size) * t.strides[1];

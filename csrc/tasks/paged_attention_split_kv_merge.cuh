@@ -18,6 +18,7 @@
 #pragma once
 #include <math.h>
 #include "common.cuh"
+#include "../runtime/text.h"
 
 namespace mpk {
 
@@ -28,8 +29,15 @@ __device__ void paged_attention_split_kv_merge_task(const TaskView& v) {
     if (rows == 0) return;
     const MpkTile &lt = v.in_tile(0), &xt = v.in_tile(1);
     const Tile2D yt = tile2d(v.out_tile(0));
-    if (rows < 0 || first < 0 || first + rows > yt.rows)
-        return task_fail(v, "paged_attention_split_kv_merge: qo_indptr_buffer gives the request rows outside the tiles");
+    if (rows < 0 || first < 0 || first + rows > yt.rows) {
+        const int64_t i = first < 0 || first > yt.rows ? r : r + 1;
+        char msg[192];              // (Text: no snprintf on the device)
+        Text(msg, int32_t(sizeof msg)).s("paged_attention_split_kv_merge: meta tensor 'qo_indptr_buffer'[").i(i)
+            .s("] = ").i(v.meta->qo_indptr_buffer[i]).s(" gives the request rows outside the tiles (rows ").i(yt.rows)
+            .s(")");
+        task_fail(v, msg);
+        return;                     // (task_fail records and returns: nothing read or written)
+    }
     const int64_t G = yt.cols / D, C = lt.dims[1] / G;
     const float* lse = v.in<const float>(0);
     const T* x = v.in<const T>(1);

@@ -29,6 +29,7 @@
 //       (goodness of fit, independence, masks, and the negative controls each must reject)
 // Run:  python -m pytest tests/runtime_python/sampling_sm100/ tests/runtime_python/test_mode/test_sampling_statistics.py
 #pragma once
+#include "../runtime/text.h"
 #include "argmax.cuh"
 
 namespace mpk {
@@ -69,8 +70,11 @@ MPK_DEVICE MPK_INLINE SamplingKey sampling_key(const TaskView& v, int64_t row) {
         if (qo[s] <= row && row < qo[s + 1]) {
             const int32_t r = v.meta->request_ids[s];
             if (r < 0 || r >= v.iparam(2)) {  // (the row's threads only: carry on without reading step)
-                task_fail(v, "sampling_sm100: request_ids names a request outside the step meta tensor");
-                break;
+                char msg[192];      // (Text: no snprintf on the device)
+                Text(msg, int32_t(sizeof msg)).s("sampling_sm100: meta tensor 'request_ids'[").i(s).s("] = ").i(r)
+                    .s(" names a request outside the step meta tensor (total_num_requests ").i(v.iparam(2)).s(")");
+                task_fail(v, msg);
+                break;              // (task_fail records and returns: the row's key past the batch)
             }
             return SamplingKey{static_cast<uint32_t>(r), static_cast<uint32_t>(v.meta->step[r] + (row - qo[s]))};
         }

@@ -7,12 +7,17 @@ ones back, then look at every red zone and at the faults the guard-page handler 
 refilled and the pages closed: first the task a recorded fault's worker showed, then every task of
 the layers that access the tensor, then all tasks; what a task does alone is its own. The copies
 are made at compile() and kept until finalize(); symmetric (multi-rank) tensors are not guarded.
+The meta tensors get guarded copies too (ids -1 - i, i their place in abi.META_FIELDS): the runtime
+and the tasks use them, they are copied back after every pass (prepare_next_batch writes them), and
+a tensor on a meta tensor's storage (embed_layer's input view of input_tokens, an argmax output
+viewing output_tokens) points into that copy, so the kernels and the runtime see the same bytes.
 """
 from __future__ import annotations
 
 import contextlib
 
 import numpy as np
+import torch
 
 from . import abi, guard
 from .errors import MPKMemoryError, MPKRuntimeError
@@ -35,6 +40,14 @@ def _where(lo: int, hi: int, n: int) -> str:
     return f"across its bounds ({n} bytes)"
 
 
+def _inside(view: torch.Tensor, mid: int, meta: torch.Tensor) -> tuple[int | None, int]:
+    """(mid, byte offset) of a tensor on meta tensor mid's storage, if it lies within that meta tensor
+    (then it is read and written in the meta tensor's guarded copy); else (None, 0): read in place."""
+    offset = view.data_ptr() - meta.data_ptr()
+    inside = 0 <= offset and offset + guard.span_bytes(view) <= guard.span_bytes(meta)
+    return (mid, offset) if inside else (None, 0)
+
+
 def _elements(ranges: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
     """Byte ranges widened to whole elements and merged (a written value may share bytes with the fill)."""
     out: list[tuple[int, int]] = []
@@ -49,15 +62,17 @@ def _elements(ranges: list[tuple[int, int]], size: int) -> list[tuple[int, int]]
 class Fences:
     """The guarded copies of one kernel's tensors, the guard table and the fault records."""
 
-    def __init__(self, tensors: list[DTensor], graph: Graph, pages: bool, meta: tuple = ()):
+    def __init__(self, tensors: list[DTensor], graph: Graph, pages: bool, meta: dict | None = None):
         self.tensors, self.graph = tensors, graph
-        # a tensor on a meta tensor's storage (embed_layer's input_tokens) is read in place: the runtime
-        # writes that storage during the launch (prepare_next_batch), after any copy_in
-        own = {m.untyped_storage().data_ptr() for m in meta} - {0}
-        self.guarded = {t.id: guard.guarded_copy(t.data, pages=pages) for t in tensors if t.kind != SYMMETRIC
-                        and t.data.untyped_storage().data_ptr() not in own}
+        self.meta = [(-1 - i, k, meta[k]) for i, k in enumerate(abi.META_FIELDS)] if meta else []
+        own = {m.untyped_storage().data_ptr(): (mid, m) for mid, _, m in self.meta if m.numel()}  # (0: none)
+        self.guarded = {mid: guard.guarded_copy(m, pages=pages) for mid, _, m in self.meta}
+        home = {t.id: own.get(t.data.untyped_storage().data_ptr()) for t in tensors if t.kind != SYMMETRIC}
+        self.inside = {tid: _inside(tensors[tid].data, *m) for tid, m in home.items() if m is not None}
+        self.guarded.update({t.id: guard.guarded_copy(t.data, pages=pages) for t in tensors
+                             if t.kind != SYMMETRIC and t.id not in self.inside})
         outputs = {tile.tensor.id for t in graph.tasks[1:] for tile in t.outputs}
-        self.written = sorted(outputs & set(self.guarded))
+        self.written = sorted(outputs & set(self.guarded)) + [mid for mid, _, _ in self.meta]
         rows = [(lo, hi, tid) for tid, g in self.guarded.items() for lo, hi in g.guard_pages]
         self.ranges = np.array(rows, dtype=np.int64).reshape(-1, abi.GUARD_RANGE_FIELDS)
         self.faults = np.zeros((MAX_FAULTS, abi.GUARD_FAULT_FIELDS), dtype=np.int64)
@@ -66,8 +81,20 @@ class Fences:
         self.run = 0                  # launches so far (red_fill's run)
 
     def pointers(self) -> list[int]:
-        return [self.guarded[t.id].tensor.data_ptr() if t.id in self.guarded else t.data.data_ptr()
-                for t in self.tensors]
+        """The tensors' pointers, then the meta tensors' (abi.META_FIELDS order) when they are guarded."""
+        def one(t: DTensor) -> int:
+            if t.id in self.guarded:
+                return self.guarded[t.id].tensor.data_ptr()
+            mid, offset = self.inside.get(t.id, (None, 0))
+            return self.guarded[mid].base + offset if mid is not None else t.data.data_ptr()
+        return [one(t) for t in self.tensors] + [self.guarded[m[0]].tensor.data_ptr() for m in self.meta]
+
+    def source(self, tid: int) -> torch.Tensor:
+        """What guarded copy `tid` copies: a tensor's data, or (tid < 0) a meta tensor."""
+        return self.meta[-1 - tid][2] if tid < 0 else self.tensors[tid].data
+
+    def name(self, tid: int) -> str:
+        return f"meta tensor '{self.meta[-1 - tid][1]}'" if tid < 0 else f"tensor '{self.tensors[tid].name}'"
 
     def config(self) -> dict:
         """The MpkConfig fields of the guard table (abi.h)."""
@@ -80,7 +107,7 @@ class Fences:
         (poisons.red_fill), so one tensor's red-zone byte copied into another's red zone is damage."""
         self.run += 1
         for tid, g in self.guarded.items():
-            g.tensor.copy_(self.tensors[tid].data)
+            g.tensor.copy_(self.source(tid))
             g.fill_red(red_fill(tid, self.run))
         self.arm()
 
@@ -101,7 +128,7 @@ class Fences:
     def finish(self, runtime) -> None:
         """After a pass: copy the written tensors back, then raise MPKMemoryError for any damage."""
         for tid in self.written:
-            self.tensors[tid].data.copy_(self.guarded[tid].tensor)
+            self.source(tid).copy_(self.guarded[tid].tensor)
         found = {tid: d for tid, d in ((tid, self._damage(tid)) for tid in self.guarded)
                  if len(d[0]) or len(d[1])}
         self.dirty = self.dirty or bool(found) or int(self.count[0]) > 0
@@ -112,10 +139,9 @@ class Fences:
         raise MPKMemoryError(head + "\n  ".join(lines) + f"\n({HINT})")
 
     def _report(self, who: str, tid: int, ranges: list, recs: np.ndarray) -> list[str]:
-        t, n = self.tensors[tid], self.guarded[tid].nbytes
-        size = t.dtype.itemsize
+        n, size = self.guarded[tid].nbytes, self.source(tid).element_size()
         covered = _elements(ranges, size)
-        what = f"of tensor '{t.name}', which has {n} bytes"
+        what = f"of {self.name(tid)}, which has {n} bytes"
         lines = [f"{who} wrote bytes [{lo}, {hi}) {what}: {_where(lo, hi, n)}" for lo, hi in covered]
         for addr, _, access, _, _ in recs.tolist():
             lo = (addr - self.guarded[tid].base) // size * size
@@ -133,7 +159,8 @@ class Fences:
         order = list(dict.fromkeys(hinted + touching + [t.id for t in tasks[1:]]))
         order = [p for p in order if tasks[p].layer.signal_role is None][:MAX_RERUNS]
         if hasattr(runtime.lib, "mpk_launch_async"):     # CUDA modules: red zones, no re-runs (not run yet)
-            names = ", ".join(sorted({f"'{tasks[p].layer.name}'" for p in touching})) or "(none accesses it)"
+            names = ", ".join(sorted({f"'{tasks[p].layer.name}'" for p in touching})) or \
+                ("(any; or the runtime)" if tid < 0 else "(none accesses it)")
             return self._report(f"a task of layer(s) {names}", tid, ranges, recs)
         lines, named, touched = [], 0, set(touching)
         for pos in order:

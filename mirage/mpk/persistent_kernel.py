@@ -16,7 +16,7 @@ from .dtypes import DType, bfloat16, to_dtype
 from .errors import MPKHangError, MPKRuntimeError
 from .faults import Fault
 from .layers import check_aliasing, dim3, find_layer
-from .meta import build_meta
+from .meta import build_meta, check_requests
 from .runtime import Runtime
 from .tensor import (
     ATTACHED,
@@ -439,7 +439,7 @@ class PersistentKernel:
             return None
         if self._fences is None:
             self._fences = memcheck.Fences(self._table(), graph, self.device.type == "cpu",
-                                           tuple(self.meta_tensors.values()))
+                                           self.meta_tensors)
         config.update(self._fences.config())
         return self._fences.pointers()
 
@@ -474,11 +474,13 @@ class PersistentKernel:
                 shuffle_into(t)
         if self.test_mode:
             # prepare_next_batch advances step and appends tokens; every test-mode launch starts
-            # from the meta tensors as they were at the first one, so pk() can run again.
-            if self._meta_at_first_launch is None:
-                self._meta_at_first_launch = {k: self.meta_tensors[k].clone() for k in ("step", "tokens")}
-            for k, v in self._meta_at_first_launch.items():
-                self.meta_tensors[k].copy_(v)
+            # from the meta tensors as they were at the first one that passed their check (a bad
+            # value is a ValueError before the launch, meta.py), so pk() can run again.
+            first, m = self._meta_at_first_launch or {}, self.meta_tensors
+            for k, v in first.items():
+                m[k].copy_(v)
+            check_requests(self.params, m)
+            self._meta_at_first_launch = first or {k: m[k].clone() for k in ("step", "tokens")}
             self._watched.poison()
         if self.device.type == "cuda" and not self.test_mode:   # enqueue on the caller's stream, return
             stream = kwargs.get("default_stream") or torch.cuda.current_stream(self.device)

@@ -58,9 +58,10 @@ class Runtime:
         if fault is not None:
             tasks = tasks.copy()
             _inject(fault, graph, tasks, config)
-        pointers = pointers or [t.data.data_ptr() for t in tensors]   # test mode: the guarded copies
-        ptrs = (C.c_void_p * len(tensors))(*pointers)
-        m = abi.MpkMeta(**{k: meta[k].data_ptr() for k in abi.META_FIELDS})
+        # test mode: the guarded copies, the tensors' then the meta tensors' (memcheck.Fences.pointers)
+        pointers = pointers or [t.data.data_ptr() for t in tensors]
+        ptrs = (C.c_void_p * len(tensors))(*pointers[:len(tensors)])
+        m = abi.MpkMeta(*(pointers[len(tensors):] or [meta[k].data_ptr() for k in abi.META_FIELDS]))
         cfg = abi.MpkConfig(abi_version=abi.ABI_VERSION, num_tasks=len(graph.tasks),
                             num_events=len(graph.events), num_tensors=len(tensors), **config)
         err = C.create_string_buffer(4096)

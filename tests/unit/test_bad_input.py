@@ -348,6 +348,91 @@ def test_meta_override_on_wrong_device():
         pk.compile()
 
 
+# ---- meta tensor values (mirage/mpk/meta.py: check_requests before a test-mode launch, check_batch before a
+# kernel-level run); no compile: the checks take the parameters and the tensors
+
+META_P = dict(max_seq_length=8, max_num_batched_requests=2, max_num_batched_tokens=5, max_num_pages=4,
+              page_size=4)
+# a layout at every bound (a kernel-level run's, as a caller writes it): 2 requests, slot 0 with 3 rows
+# and pages [3, 0], slot 1 with 2 rows and pages [1, 2]; last pages full; step at max_seq_length
+GOOD_META = dict(qo_indptr_buffer=[0, 3, 5], paged_kv_indptr_buffer=[0, 2, 4],
+                 paged_kv_indices_buffer=[3, 0, 1, 2], paged_kv_last_page_len_buffer=[4, 1],
+                 request_ids=[1, 0], num_new_tokens=[5], step=[8, 0], prompt_lengths=[8, 1])
+
+
+def meta_values(**change) -> dict:
+    from mirage.mpk.meta import build_meta
+
+    given = {k: torch.tensor(v, dtype=torch.int32) for k, v in {**GOOD_META, **change}.items()}
+    return build_meta(META_P, given, torch.device("cpu"))
+
+
+# (the rule, the change to GOOD_META, the message: the meta tensor, the entry, the value, the bound)
+BAD_META_VALUES = [
+    ("indptr starts at 0", dict(qo_indptr_buffer=[1, 3, 5]),
+     "meta tensor 'qo_indptr_buffer'[0] = 1, expected 0 (an indptr starts at 0)"),
+    ("indptr never decreases", dict(paged_kv_indptr_buffer=[0, 3, 2]),
+     "meta tensor 'paged_kv_indptr_buffer'[2] = 2 < [1] = 3 (an indptr never decreases)"),
+    ("qo within the batch's rows", dict(qo_indptr_buffer=[0, 3, 6]),
+     "meta tensor 'qo_indptr_buffer'[2] = 6 > max_num_batched_tokens (5), the batch's rows"),
+    ("kv within max_num_pages", dict(paged_kv_indptr_buffer=[0, 2, 536870913]),
+     "meta tensor 'paged_kv_indptr_buffer'[2] = 536870913 > max_num_pages (4)"),
+    ("page index in the cache", dict(paged_kv_indices_buffer=[3, 0, 4, 2]),
+     "meta tensor 'paged_kv_indices_buffer'[2] = 4 > max_num_pages - 1 (3), the cache's last page"),
+    ("page index not negative", dict(paged_kv_indices_buffer=[3, -1, 1, 2]),
+     "meta tensor 'paged_kv_indices_buffer'[1] = -1 < 0"),
+    ("last_page_len at least 1", dict(paged_kv_last_page_len_buffer=[4, 0]),
+     "meta tensor 'paged_kv_last_page_len_buffer'[1] = 0 < 1"),
+    ("last_page_len at most page_size", dict(paged_kv_last_page_len_buffer=[5, 1]),
+     "meta tensor 'paged_kv_last_page_len_buffer'[0] = 5 > page_size (4)"),
+    ("request id of a slot with tokens", dict(request_ids=[1, 2]),
+     "meta tensor 'request_ids'[1] = 2 > total_num_requests - 1 (1)"),
+    ("num_new_tokens within the rows", dict(num_new_tokens=[6]),
+     "meta tensor 'num_new_tokens'[0] = 6 > max_num_batched_tokens (5)"),
+    ("step fits max_seq_length", dict(step=[9, 0]), "meta tensor 'step'[0] = 9 > max_seq_length (8)"),
+    ("step not negative", dict(step=[0, -3]), "meta tensor 'step'[1] = -3 < 0"),
+    ("prompt at least 1", dict(prompt_lengths=[8, 0]), "meta tensor 'prompt_lengths'[1] = 0 < 1"),
+    ("prompt fits max_seq_length", dict(prompt_lengths=[9, 1]),
+     "meta tensor 'prompt_lengths'[0] = 9 > max_seq_length (8)"),
+]
+
+
+@pytest.mark.parametrize("rule,change,message", BAD_META_VALUES,
+                         ids=[c[0].replace(" ", "_") for c in BAD_META_VALUES])
+def test_meta_values_out_of_bounds(rule, change, message):
+    from mirage.mpk.meta import check_batch
+
+    check_batch(META_P, meta_values())      # the control: the same layout at its bounds passes
+    with pytest.raises(ValueError) as e:
+        check_batch(META_P, meta_values(**change))
+    assert str(e.value).startswith(message) and "docs/runtime.md" in str(e.value), str(e.value)
+    print(f"BAD_META {rule}: {str(e.value)[:140]} PASS")
+
+
+def test_meta_values_of_unused_entries_are_free():
+    """Entries no kernel reads may hold anything (prepare_next_batch leaves them stale): pages past the last
+    slot's, last_page_len of a slot without pages, the request id of a slot without tokens."""
+    from mirage.mpk.meta import check_batch
+
+    check_batch(META_P, meta_values(qo_indptr_buffer=[0, 3, 3], paged_kv_indptr_buffer=[0, 2, 2],
+                                    paged_kv_indices_buffer=[3, 0, -7, 99],
+                                    paged_kv_last_page_len_buffer=[4, 0], request_ids=[1, -1]))
+
+
+def test_meta_values_checked_before_a_test_mode_launch():
+    """A value changed after compile() (a caller writing into the meta tensor) is refused at pk(), before
+    init_kernel could see it."""
+    pk = identity_kernel(max_seq_length=4, meta_tensors={"step": torch.zeros(1, dtype=torch.int32)})
+    pk.compile()
+    pk.get_tensor("step")[0] = 5
+    with pytest.raises(ValueError, match=re.escape("meta tensor 'step'[0] = 5 > max_seq_length (4)")):
+        pk()
+    pk.get_tensor("step")[0] = 4             # at the bound: runs (nothing to compute is init_kernel's to say)
+    with pytest.raises(Exception, match="scheduled no token"):
+        pk()
+    pk.finalize()
+
+
 @pytest.mark.parametrize("key,value", [("max_seq_length", 0), ("page_size", -1), ("num_workers", 1.5)])
 def test_non_positive_params(key, value):
     with pytest.raises(ValueError, match=f"PersistentKernel: {key} must be a positive int, got {value!r}"):

@@ -32,9 +32,10 @@ import torch
 
 from .. import abi, build, guard, poisons
 from ..dtypes import to_dtype
-from ..errors import MPKFootprintError
+from ..errors import MPKFootprintError, MPKRuntimeError
 from ..graph import Task
 from ..layers import DEFAULT_CHECKS, NONZERO, Layer
+from ..meta import check_batch
 from ..tensor import ATTACHED, SHUFFLED, DTensor, check_name, shuffle_into
 from .checks import check_nonvacuous
 from .diagnosis import nan_note, ue8m0_note
@@ -203,6 +204,9 @@ class _Harness:
         self.threads = pk.worker_threads
         self.table: list[DTensor] = pk._table()
         self.fences = pk._fences        # test mode's guarded copies (None on a GPU: red zones only)
+        if self.fences is not None:     # the tasks read the meta tensors' copies: the values as given now
+            for mid, _, m in self.fences.meta:
+                self.fences.guarded[mid].tensor.copy_(m)
         guarded = self.fences.guarded if self.fences is not None and pk.device.type == "cpu" else {}
         self.buffers = [SpanBuffer(t.data, guarded.get(t.id)) for t in self.table]
         self.pointers = [b.pointer for b in self.buffers]
@@ -275,7 +279,11 @@ class _Harness:
                 zone.fill_(im.red)
         if self.races is not None:
             self.races.arm()
-        thread = self.runtime.run_task(task.id, seed, self.pointers, watch, smem)
+        try:
+            thread = self.runtime.run_task(task.id, seed, self.pointers, watch, smem)
+        except MPKRuntimeError as e:    # an access outside a tensor before the failure is named first
+            self.check_guard_pages(task, then=str(e).splitlines()[0])
+            raise
         self.check_guard_pages(task)
         for report in self.races.new() if self.races is not None else ():
             found = named_race(report, self.locate)
@@ -291,9 +299,10 @@ class _Harness:
                 return _describe(t, b, torch.tensor([(address - lo) // b.itemsize], device=b.slots.device))
         return ""
 
-    def check_guard_pages(self, task: Task) -> None:
+    def check_guard_pages(self, task: Task, then: str = "") -> None:
         """An access the guard-page handler recorded (csrc/runtime/guard.h: far past a red zone) is an
-        MPKFootprintError naming the tensor and the byte; the pages are closed again first."""
+        MPKFootprintError naming the tensor and the byte; the pages are closed again first. then: the
+        task's failure that followed the access, if it failed."""
         f = self.fences
         if f is None or not int(f.count[0]):
             return
@@ -302,13 +311,13 @@ class _Harness:
         for g in f.guarded.values():
             g.protect()
         addr, tid, access = records[0][:3]
-        t, g = next((t, f.guarded[t.id]) for t in self.table if t.id == tid)
+        g, src = f.guarded[tid], f.source(tid)
         lo = addr - g.base
         side = f"{lo - g.nbytes} bytes past its end" if lo >= g.nbytes else f"{-lo} bytes before its start"
         raise MPKFootprintError(
-            f"{self.where(task)} {abi.ACCESS[access]} outside tensor '{t.name}' ({t.dtype.name}, "
-            f"{tuple(t.data.shape)}, {g.nbytes} bytes): byte {lo} relative to its first element, {side} (a "
-            f"guard page trapped it; {len(records)} access(es) recorded)")
+            f"{self.where(task)} {abi.ACCESS[access]} outside {f.name(tid)} ({str(src.dtype)[6:]}, "
+            f"{tuple(src.shape)}, {g.nbytes} bytes): byte {lo} relative to its first element, {side} (a "
+            f"guard page trapped it; {len(records)} access(es) recorded){'; then ' + then if then else ''}")
 
     def task_seed(self, task: Task, k: int) -> int:
         return (self.seed * 0x9E3779B97F4A7C15 + task.id * 0x632BE59BD9B4E019 + k) % 2**64
@@ -467,6 +476,7 @@ def run_tasks(layer_call: Callable, tensors: dict[str, torch.Tensor], coords=Non
                              f"takes exactly one")
         layer = pk.layers[0]
         pk.compile()
+        check_batch(pk.params, pk.meta_tensors)    # the layout as given: the tasks index with it
         tasks = _select(pk.graph.layer_tasks(layer), coords, layer)
         for t in pk._table():
             if t.kind == SHUFFLED:

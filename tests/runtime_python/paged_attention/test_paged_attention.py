@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from mirage.mpk import testing
+from mirage.mpk.errors import MPKRuntimeError
 
 ref = testing.load_reference(__file__)
 
@@ -147,32 +148,139 @@ def test_paged_attention_refuses_bad_arguments():
     pk.finalize()
 
 
-# (what breaks the layout, the change to the meta tensors of CASES[0], the message): a task must refuse a
-# layout it cannot trust rather than read outside the tensors
+def setter(key, *values):
+    """A change to the meta tensors: key[0..] = values."""
+    return lambda m: m[key].__setitem__(slice(0, len(values)), torch.tensor(values, dtype=torch.int32))
+
+
+# (what breaks the layout of CASES[0] (1 slot, 7 rows of 9, 3 pages), the change, what the check before the
+# launch says (mirage/mpk/meta.py; None: values each within bounds), what the task says when the value
+# changes after that check (csrc/tasks/paged_attention.cuh)): no layout reads outside the tensors
 BAD_LAYOUTS = [
-    ("a page index outside the cache", lambda m: m["paged_kv_indices_buffer"].__setitem__(0, 99),
-     "a page index outside the KV cache"),
-    ("rows past the input", lambda m: m["qo_indptr_buffer"].__setitem__(1, 50),
-     "rows outside the input tile"),
-    ("fewer tokens in the pages than new ones",
-     lambda m: m["paged_kv_last_page_len_buffer"].__setitem__(0, 3),
-     "hold fewer tokens than it has new ones"),
+    ("a page index outside the cache", setter("paged_kv_indices_buffer", 99),
+     "meta tensor 'paged_kv_indices_buffer'[0] = 99 > max_num_pages - 1 (2)",
+     "meta tensor 'paged_kv_indices_buffer'[0] = 99 is a page index outside the KV cache (pages 3)"),
+    ("rows past the input", setter("qo_indptr_buffer", 0, 50),
+     "meta tensor 'qo_indptr_buffer'[1] = 50 > max_num_batched_tokens (7)",
+     "meta tensor 'qo_indptr_buffer'[1] = 50 gives the request rows outside the input tile (rows 9)"),
+    ("a page list past the end", setter("paged_kv_indptr_buffer", 0, 4),
+     "meta tensor 'paged_kv_indptr_buffer'[1] = 4 > max_num_pages (3)",
+     "meta tensor 'paged_kv_indptr_buffer'[1] = 4 leaves the page list (max_num_pages 3)"),
+    # issue 31: the process died by SIGSEGV (2^29) or read heap memory (100000)
+    ("the page list at 2^29", setter("paged_kv_indptr_buffer", 2**29, 2**29 + 1),
+     "meta tensor 'paged_kv_indptr_buffer'[0] = 536870912, expected 0 (an indptr starts at 0)",
+     "meta tensor 'paged_kv_indptr_buffer'[0] = 536870912 leaves the page list (max_num_pages 3)"),
+    ("the page list at 100000", setter("paged_kv_indptr_buffer", 100000, 100001),
+     "meta tensor 'paged_kv_indptr_buffer'[0] = 100000, expected 0",
+     "meta tensor 'paged_kv_indptr_buffer'[0] = 100000 leaves the page list (max_num_pages 3)"),
+    ("fewer tokens in the pages than new ones", setter("paged_kv_last_page_len_buffer", 3), None,
+     "meta tensor 'paged_kv_last_page_len_buffer'[0] = 3 with its pages: the request's pages hold fewer "
+     "tokens than it has new ones"),
 ]
+IDS = [b[0].replace(" ", "_") for b in BAD_LAYOUTS]
 
 
-@pytest.mark.parametrize("what,change,message", BAD_LAYOUTS,
-                         ids=[b[0].replace(" ", "_") for b in BAD_LAYOUTS])
-def test_paged_attention_kernel_refuses_a_layout_it_cannot_trust(what, change, message):
-    """A batch layout no prepare_next_batch writes (a caller's meta tensors in a kernel-level run): the task
-    fails with its message, naming the task; nothing outside the tensors is read (the guard would say)."""
+def run_bad(change, after_check: bool):
+    """CASES[0]'s kernel-level run with `change` made before the run (the check sees it) or right after the
+    check passed (a value corrupted while the launch is under way: the task must catch it)."""
+    from mirage.mpk.testing import kernel
+
     gen = testing.generator(offset=5)
     t, meta, params = inputs(*CASES[0], gen)
-    change(meta)
-    with pytest.raises(Exception) as e:
-        testing.run_tasks(lambda pk, dt: call(pk, dt, 2, 1, 80), t, params=params)
+    if not after_check:
+        change(meta)
+        return testing.run_tasks(lambda pk, dt: call(pk, dt, 2, 1, 80), t, params=params)
+    checked = kernel.check_batch
+
+    def check_then_corrupt(p, m):
+        checked(p, m)
+        change(m)
+    kernel.check_batch = check_then_corrupt
+    try:
+        return testing.run_tasks(lambda pk, dt: call(pk, dt, 2, 1, 80), t, params=params)
+    finally:
+        kernel.check_batch = checked
+
+
+@pytest.mark.parametrize("what,change,said,failed", BAD_LAYOUTS, ids=IDS)
+def test_paged_attention_kernel_level_meta_checked_before_the_launch(what, change, said, failed):
+    """A caller's batch layout (a kernel-level run has no meta pass) with a value out of bounds: ValueError
+    naming the meta tensor, the entry, the value and the bound, before any task runs."""
+    with pytest.raises(ValueError if said else MPKRuntimeError) as e:
+        run_bad(change, after_check=False)
     msg = str(e.value)
-    assert message in msg and "paged_attention" in msg, msg
-    testing.say(f"BAD_LAYOUT paged_attention ({what}): {msg.splitlines()[0][:160]} PASS")
+    assert (said or failed) in msg, msg
+    testing.say(f"BAD_META paged_attention ({what}): {type(e.value).__name__}: {msg.splitlines()[0][:150]} "
+                f"PASS")
+
+
+@pytest.mark.parametrize("what,change,said,failed", BAD_LAYOUTS[:3] + BAD_LAYOUTS[-1:],
+                         ids=IDS[:3] + IDS[-1:])
+def test_paged_attention_kernel_refuses_a_layout_it_cannot_trust(what, change, said, failed):
+    """The value changes after the check (the kernel's own bounds): the task fails with MPKRuntimeError naming
+    the task, the meta tensor, the entry and the value; nothing outside the tensors is read (the guard would
+    say). The far page lists (2^29, 100000) run in a subprocess: test_..._far_page_list_is_a_task_failure."""
+    with pytest.raises(MPKRuntimeError) as e:
+        run_bad(change, after_check=True)
+    msg = str(e.value)
+    assert failed in msg and "paged_attention_0" in msg, msg
+    testing.say(f"BAD_LAYOUT paged_attention ({what}): {msg.splitlines()[0][:200]} PASS")
+
+
+FAR = """
+import sys
+sys.path.insert(0, {folder!r})
+import test_paged_attention as t
+for what, change, said, failed in t.BAD_LAYOUTS[4:2:-1]:
+    try:
+        t.run_bad(change, after_check=True)
+        print("NO ERROR", what, flush=True)
+    except Exception as e:
+        print(type(e).__name__, str(e).splitlines()[0], flush=True)
+"""
+
+
+def far(tmp_path, control: bool):
+    """The issue's two page lists, corrupted after the check, in a subprocess (a crash must not end the
+    suite); control: against a copy of the kernel without its page-range check."""
+    import os
+    import subprocess
+
+    code = FAR.format(folder=os.path.dirname(os.path.abspath(__file__)))
+    run = lambda: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,  # noqa: E731
+                                 timeout=600)
+    if not control:
+        return run()
+    with testing.mutated_kernel(tmp_path, "paged_attention.cuh",
+                                "q.first_page < 0 || q.num_pages < 0 || q.first_page + q.num_pages > pages",
+                                "false"):
+        return run()            # (MPK_CSRC_DIR names the copy while it runs)
+
+
+def test_paged_attention_far_page_list_is_a_task_failure(tmp_path):
+    """Issue 31's page lists at 2^29 and at 100000, changed after the check: a named task failure each."""
+    proc = far(tmp_path, control=False)
+    lines = [line for line in proc.stdout.splitlines() if line]
+    assert proc.returncode == 0 and len(lines) == 2, (proc.returncode, proc.stdout, proc.stderr[-2000:])
+    for line, (what, _, _, failed) in zip(lines, BAD_LAYOUTS[4:2:-1]):
+        assert line.startswith("MPKRuntimeError") and failed in line, line
+        testing.say(f"BAD_LAYOUT paged_attention ({what}, after the check): {line[:200]} PASS")
+
+
+def test_paged_attention_far_page_list_control(tmp_path):
+    """Negative control: without the kernel's page-range check the same runs read outside the page list.
+    At 100000 (400 KB past it) the read lands in a guard page of the meta tensor's guarded copy: named, but
+    as a footprint error, not the task's own failure; at 2^29 (2 GiB past) it is beyond any guard page and
+    the process dies by SIGSEGV, as in issue 31."""
+    proc = far(tmp_path, control=True)
+    lines = proc.stdout.splitlines()
+    assert not [line for line in lines if "leaves the page list" in line], proc.stdout
+    assert lines and lines[0].startswith("MPKFootprintError") and "read outside meta tensor " \
+        "'paged_kv_indices_buffer'" in lines[0] and "a guard page trapped it" in lines[0], proc.stdout
+    died = proc.returncode == -11 or (len(lines) == 2 and "leaves" not in lines[1])
+    assert died, (proc.returncode, proc.stdout, proc.stderr[-2000:])
+    testing.say(f"CONTROL paged_attention without the page-range check: 100000: {lines[0][:200]}; 2^29: exit "
+                f"{proc.returncode} PASS")
 
 
 if __name__ == "__main__":

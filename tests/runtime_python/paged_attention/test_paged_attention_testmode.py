@@ -133,10 +133,11 @@ def test_paged_attention(dtype, case):
 
 
 # A user's override that production refuses (init_kernel / prepare_next_batch / the meta tensors' own
-# checks): the same message here, before any attention task runs. (change to CASES[1]'s parameters, message)
+# checks): refused here too, before any attention task runs; values out of bounds before the launch
+# (mirage/mpk/meta.py), as ValueError naming the entry. (change to CASES[1]'s parameters, message)
 WRONG_OVERRIDES = [
-    (dict(prompts=(40, 0)), r"init_kernel: prompt_lengths\[1\] = 0 is outside \[1, max_seq_length = 48\]"),
-    (dict(steps=(39, 60)), r"init_kernel: step\[1\] = 60 is outside \[0, max_seq_length = 48\]"),
+    (dict(prompts=(40, 0)), r"meta tensor 'prompt_lengths'\[1\] = 0 < 1 \(a prompt has at least one token\)"),
+    (dict(steps=(39, 60)), r"meta tensor 'step'\[1\] = 60 > max_seq_length \(48\)"),
     (dict(pages=3), r"prepare_next_batch: request 1 needs 2 KV pages .* no free page is left: max_num_pages"),
     (dict(step_dtype=torch.int64), r"meta tensor 'step' has dtype torch.int64, expected torch.int32"),
 ]

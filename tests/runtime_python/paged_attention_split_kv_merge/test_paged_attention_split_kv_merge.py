@@ -143,6 +143,31 @@ def test_paged_attention_split_kv_merge_kernel(dtype, hq, hkv, d, chunks, new, s
     run_merge(dtype, hq, hkv, d, chunks, new, slots, target_cc)
 
 
+def test_paged_attention_split_kv_merge_bad_rows(monkeypatch):
+    """Request rows past the batch (qo_indptr_buffer [0, 5, 12, 12], 9 rows): a ValueError naming the entry
+    before the launch (mirage/mpk/meta.py); written after that check, a task failure naming the entry and
+    its value (the kernel's own bound), never an access outside the tiles."""
+    from mirage.mpk.errors import MPKRuntimeError
+    from mirage.mpk.testing import kernel
+
+    bad = torch.tensor([0, 5, 12, 12], dtype=torch.int32)
+    monkeypatch.setattr(kernel, "check_batch", lambda p, m, checked=kernel.check_batch: checked(p, {
+        **m, "qo_indptr_buffer": bad}))
+    with pytest.raises(ValueError, match=r"meta tensor 'qo_indptr_buffer'\[2\] = 12 > max_num_batched_tokens "
+                                         r"\(9\)"):
+        run_merge(*QUICK)
+    monkeypatch.undo()
+    checked = kernel.check_batch
+    monkeypatch.setattr(kernel, "check_batch", lambda p, m: (checked(p, m), m["qo_indptr_buffer"].copy_(bad)))
+    with pytest.raises(MPKRuntimeError) as e:
+        run_merge(*QUICK)
+    msg = str(e.value)
+    assert "paged_attention_split_kv_merge: meta tensor 'qo_indptr_buffer'[2] = 12 gives the request rows " \
+           "outside the tiles (rows 9)" in msg, msg
+    testing.say(f"BAD_LAYOUT paged_attention_split_kv_merge (rows past the batch, after the check): "
+                f"{msg.splitlines()[0][:200]} PASS")
+
+
 def test_paged_attention_split_kv_merge_refuses_bad_arguments():
     """Shapes, dtypes, head counts and grids are checked in Python, naming layer, tensor and sizes."""
     from mirage.mpk.persistent_kernel import PersistentKernel

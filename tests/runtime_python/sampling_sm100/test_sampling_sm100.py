@@ -134,13 +134,25 @@ def test_sampling_sm100_generator_is_philox4x32_10():
                 f"gumbel(0) = {float(g[0]):.4f}, gumbel(2^32 - 1) = {float(g[3]):.4f} finite PASS")
 
 
-def test_sampling_sm100_bad_request_id_fails_the_task():
-    """A request_ids entry past the step meta tensor fails the task with its message (never a read
-    outside step)."""
+def test_sampling_sm100_bad_request_id_fails_the_task(monkeypatch):
+    """A request_ids entry past the step meta tensor: refused before the launch (ValueError naming the
+    entry, mirage/mpk/meta.py); set after that check, it fails the task with its message, naming the entry
+    and its value (never a read outside step)."""
+    from mirage.mpk.errors import MPKRuntimeError
+    from mirage.mpk.testing import kernel
+
     params = batch_meta([(0, 0, 2)], 1, 1, 2)
     params["meta_tensors"]["request_ids"][0] = 5
     x = testing.randn((2, 50), torch.float32, testing.generator(offset=9))
-    with pytest.raises(Exception, match="request_ids names a request outside the step meta tensor"):
+    said = r"meta tensor 'request_ids'\[0\] = 5 > total_num_requests - 1 \(0\)"
+    with pytest.raises(ValueError, match=said):
+        run_kernel(x, 1, 1, params, 80)
+    params["meta_tensors"]["request_ids"][0] = 0
+    checked = kernel.check_batch
+    monkeypatch.setattr(kernel, "check_batch", lambda p, m: (checked(p, m), m["request_ids"].fill_(5)))
+    failed = (r"sampling_sm100: meta tensor 'request_ids'\[0\] = 5 names a request outside the step meta "
+              r"tensor \(total_num_requests 1\)")
+    with pytest.raises(MPKRuntimeError, match=failed):
         run_kernel(x, 1, 1, params, 80)
 
 

@@ -24,13 +24,13 @@ BLOCK = (128, 1, 1)
 LAST = (31, 0, 0)
 
 
-def rmsnorm(fault=None):
+def rmsnorm(fault=None, out=None, **params):
     """pk, out and the float64 reference of rmsnorm over x [32, 128] bf16, one row per task."""
-    pk = PersistentKernel(test_mode=True, num_workers=2, num_local_schedulers=1, fault=fault)
+    pk = PersistentKernel(test_mode=True, num_workers=2, num_local_schedulers=1, fault=fault, **params)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(32, 128, generator=g).to(torch.bfloat16)
     w = torch.randn(128, generator=g).to(torch.bfloat16)
-    out = torch.zeros(32, 128, dtype=torch.bfloat16)
+    out = torch.zeros(32, 128, dtype=torch.bfloat16) if out is None else out
     pk.rmsnorm_layer(input=pk.attach_input(x, name="x"), weight=pk.attach_input(w, name="w"),
                      output=pk.attach_input(out, name="out"), grid_dim=(32, 1, 1), block_dim=BLOCK)
     pk.compile()
@@ -156,4 +156,56 @@ def test_red_zones_without_guard_pages_as_on_the_gpu(monkeypatch):
     with pytest.raises(MPKMemoryError) as e:
         pk()
     assert str(e.value).splitlines()[0] == first_line
+    pk.finalize()
+
+
+# ---- meta tensors (issue 31): guarded copies like the other tensors
+
+def rmsnorm_into_a_meta_tensor(fault=None):
+    """rmsnorm() with 'out' on the output_tokens meta tensor's storage ([1024] int64 = 8192 bytes, seen as
+    the [32, 128] bf16 output: the same generated source, so the same build), output_tokens the first
+    1024 of 1032 int64s, so a write past it lands in memory of ours. Returns pk, out, ref, the 1032."""
+    storage = torch.full((1032,), -1, dtype=torch.int64)
+    storage[:1024] = 0
+    out = storage[:1024].view(torch.bfloat16).view(32, 128)
+    meta = {"output_tokens": storage[:1024]}
+    return (*rmsnorm(fault, out=out, max_num_batched_tokens=1024, meta_tensors=meta), storage)
+
+
+META_CASES = {      # name: (fault, the message's first line)
+    "near": (CASES["one_element_past_end_red_zone"][0],
+             "task (31, 0, 0) of layer 'rmsnorm_0' wrote bytes [8192, 8200) of meta tensor 'output_tokens', "
+             "which has 8192 bytes: 8 bytes past its end"),
+    "far": (CASES["far_past_end_guard_page"][0],
+            "task (31, 0, 0) of layer 'rmsnorm_0' wrote bytes [208192, 208200) of meta tensor "
+            "'output_tokens', which has 8192 bytes: 200000 to 200008 bytes past its end"),
+}
+
+
+@pytest.mark.parametrize("case", list(META_CASES))
+def test_meta_tensor_overrun_is_a_named_memory_error(case):
+    """A tensor on a meta tensor's storage (MPK's demos attach output_tokens as the sampler's output) is
+    read and written in the meta tensor's guarded copy, the one the runtime uses: a write past its end
+    is an MPKMemoryError naming the meta tensor; the pass's results reach the meta tensor, nothing past
+    it changes."""
+    fault, first_line = META_CASES[case]
+    pk, out, ref, storage = rmsnorm_into_a_meta_tensor(fault)
+    with pytest.raises(MPKMemoryError) as e:
+        pk()
+    print(f"\nMESSAGE meta {case}: {str(e.value).splitlines()[0]}")
+    assert str(e.value).splitlines()[0] == first_line, str(e.value)
+    torch.testing.assert_close(out.double(), ref, atol=0.05, rtol=0.02)
+    assert storage[1024:].tolist() == [-1] * 8, storage[1024:].tolist()
+    pk.finalize()
+
+
+def test_negative_control_meta_copy_red_zone_unchecked_near_overrun_unnoticed(monkeypatch):
+    """The meta copy's red zone is what names it: unchecked, the same write passes (and stays in the copy's
+    red zone: the memory past output_tokens is untouched)."""
+    orig = guard.Guarded.red_damage
+    monkeypatch.setattr(guard.Guarded, "red_damage", lambda g: [] if g.nbytes == 8192 else orig(g))
+    pk, out, ref, storage = rmsnorm_into_a_meta_tensor(META_CASES["near"][0])
+    pk()
+    assert storage[1024:].tolist() == [-1] * 8, storage[1024:].tolist()
+    print("\nCONTROL meta red zone unchecked: the overrun passed unnoticed")
     pk.finalize()
