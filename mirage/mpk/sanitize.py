@@ -85,6 +85,20 @@ class SanitizerResult:
             return f"last report: {self.last_report}"
         return ""
 
+    def show(self, lines: re.Pattern | None = None) -> None:
+        """Print the summary, the child's stdout lines that match `lines` (its per-file verdicts), and
+        the first lines of each report in project frames."""
+        print(self.summary)
+        for line in lines.finditer(self.stdout) if lines is not None else ():
+            print(line[0])
+        for report in self.project_reports:
+            print(report)
+
+    @property
+    def tails(self) -> str:
+        """The ends of the child's stdout and stderr, for a failure's message."""
+        return f"\nstdout tail:\n{self.stdout[-3000:]}\nstderr tail:\n{self.stderr[-3000:]}"
+
     @property
     def summary(self) -> str:
         n = len(self.project_reports)

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+from typing import Callable
 
 import torch
 
@@ -187,3 +188,17 @@ def rank_lines(output: str, rank: int, prefix: str) -> list[str]:
     """Lines of rank `rank` in an mpirun output that start with `prefix` (after "[rank r] ")."""
     tag = f"[rank {rank}] {prefix}"
     return [line for line in output.splitlines() if line.startswith(tag)]
+
+
+def as_rank(rank: int, world_size: int, layer_call: Callable) -> Callable:
+    """layer_call(pk, tensors) with the layer declared as rank `rank` of `world_size` would declare it (a
+    layer module reads pk.mpi_rank and pk.world_size for its rank flag, e.g. which rank adds a residual):
+    a kernel-level case (run_tasks) at another rank's parameters, in one process, without MPI."""
+    def call(pk, tensors):
+        saved = pk.mpi_rank, pk.world_size
+        pk.mpi_rank, pk.world_size = rank, world_size
+        try:
+            layer_call(pk, tensors)
+        finally:
+            pk.mpi_rank, pk.world_size = saved
+    return call

@@ -21,8 +21,9 @@ residual added: add_residual = 1):
     output at 256 (as tests/csrc/test_kernels_linear.cpp checks; every tile of a case takes the same path).
 Another rank's parameters: the layer declared as rank 1 of 2 (add_residual = 0: only rank 0 adds the
 residual, so the allreduce after it counts it once) gives y = x @ W^T, in every dtype (the run itself is
-one process; as_rank). A kernel adding the residual whatever its flag says passes every rank-0 case and
-fails this one (test_mode/test_rank_flag_controls.py). The multi-rank run: the testmode file's mpirun job;
+one process; testing.as_rank). A kernel adding the residual whatever its flag says passes every rank-0
+case and fails this one (test_mode/test_rank_flag_controls.py). The multi-rank run: the testmode file's
+mpirun job;
 tests/csrc/test_kernels_linear.cpp also runs add_residual = 0.
 
 Run: python tests/runtime_python/linear_with_residual/test_linear_with_residual.py
@@ -108,24 +109,11 @@ def inputs(dtype, batch, k, n, offset, x_layout=None, w_layout=None, r_layout=No
     return x, w, residual, out
 
 
-def as_rank(rank: int, world_size: int, layer_call):
-    """layer_call, the layer declared as rank `rank` of `world_size` declares it (its module reads
-    pk.mpi_rank and pk.world_size for the rank flag); the kernel-level run stays one process, no MPI."""
-    def call(pk, t):
-        saved = pk.mpi_rank, pk.world_size
-        pk.mpi_rank, pk.world_size = rank, world_size
-        try:
-            layer_call(pk, t)
-        finally:
-            pk.mpi_rank, pk.world_size = saved
-    return call
-
-
 def run_kernel(dtype, x, w, residual, out, grid, coords, target_cc, rank=(0, 1)):
     """run_tasks over linear_with_residual's tasks (the layer as rank rank[0] of rank[1] declares it), then
     the evidence over the tiles of the tasks that ran."""
     run = testing.run_tasks(
-        as_rank(*rank, lambda pk, t: pk.linear_with_residual_layer(
+        testing.as_rank(*rank, lambda pk, t: pk.linear_with_residual_layer(
             input=t["x"], weight=t["w"], residual=t["residual"], output=t["out"],
             grid_dim=(grid[0], grid[1], 1), block_dim=block_dim(target_cc))),
         {"x": x, "w": w, "residual": residual, "out": out}, coords=coords, target_cc=target_cc)

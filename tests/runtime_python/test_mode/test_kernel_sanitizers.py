@@ -88,18 +88,6 @@ def verdict(kind: str, result: SanitizerResult, files: list[str]) -> list[str]:
     return problems
 
 
-def show(result: SanitizerResult) -> None:
-    print(result.summary)
-    for line in _KERNELFILE.finditer(result.stdout):
-        print(line[0])
-    for report in result.project_reports:
-        print(report)
-
-
-def detail(result: SanitizerResult) -> str:
-    return f"\nstdout tail:\n{result.stdout[-3000:]}\nstderr tail:\n{result.stderr[-3000:]}"
-
-
 # ---- negative controls: identity's kernel broken in a scratch copy of csrc/
 
 IDENTITY_TASK = "__device__ void identity_task(const TaskView& v) {\n"
@@ -161,26 +149,26 @@ def results(request, tmp_path_factory) -> dict[str, tuple[SanitizerResult, list[
 @pytest.mark.parametrize("kind", ["thread", "address"])
 def test_layer_kernels_under_sanitizer(kind, results, request):
     result, files = results[request.node.name]
-    show(result)
+    result.show(_KERNELFILE)
     assert files, "no kernel-level test files found"
     problems = verdict(kind, result, files)
-    assert not problems, f"{result.summary}:\n" + "\n".join(problems) + detail(result)
+    assert not problems, f"{result.summary}:\n" + "\n".join(problems) + result.tails
 
 
 def test_shared_memory_race_fails_the_run(results, request):
     """Negative control (thread): the race is a project report in identity.cuh and fails the verdict
     (the file itself passes: the racy word never reaches an output, so the footprint checks miss it)."""
     result, files = results[request.node.name]
-    show(result)
+    result.show(_KERNELFILE)
     assert any("data race" in r and "identity.cuh:" in r for r in result.project_reports), \
-        f"{result.summary}: the shared-memory race went unseen" + detail(result)
+        f"{result.summary}: the shared-memory race went unseen" + result.tails
     assert verdict("thread", result, files), f"{result.summary}: the verdict passed a racy kernel"
 
 
 def test_shared_memory_overflow_is_reported(results, request):
     """Negative control (address): the read past shared memory is a project report in identity.cuh."""
     result, files = results[request.node.name]
-    show(result)
+    result.show(_KERNELFILE)
     assert any("heap-buffer-overflow" in r and "identity.cuh:" in r for r in result.project_reports), \
-        f"{result.summary}: the overflow went unseen" + detail(result)
+        f"{result.summary}: the overflow went unseen" + result.tails
     assert verdict("address", result, files), f"{result.summary}: the verdict passed the overflow"

@@ -82,17 +82,11 @@ CAPTURED_CHILD = ("import ctypes, os, sys; fd = os.open(os.devnull, os.O_WRONLY)
                   "print(getattr(ctypes.CDLL(sys.argv[1]), sys.argv[2])(4), flush=True)")
 
 
-def _show(result) -> None:
-    print(result.summary)
-    for report in result.project_reports:
-        print(report)
-
-
 @pytest.mark.parametrize("kind", ["thread", "address"])
 def test_subset_under_sanitizer(kind, tmp_path):
     result = run_under_sanitizer(kind, SUBSET, TIMEOUT_S, env={"MPK_OUTPUT_DIR": str(tmp_path)})
-    _show(result)
-    detail = f"\nstdout tail:\n{result.stdout[-3000:]}\nstderr tail:\n{result.stderr[-3000:]}"
+    result.show()
+    detail = result.tails
     assert not result.timed_out, f"{result.summary}: over {TIMEOUT_S} s{detail}"
     assert result.returncode == 0, f"{result.summary}{detail}"
     runtime = {"thread": "libtsan", "address": "libasan"}[kind]
@@ -112,7 +106,7 @@ def test_race_is_counted(tmp_path):
                     "-pthread", "-fsanitize=thread", str(src), "-o", lib], check=True)
     result = run_under_sanitizer("thread", ["-c", RACE_CHILD, os.path.join(HERE, "graph_checks.py"), lib],
                                  TIMEOUT_S)
-    _show(result)
+    result.show()
     assert result.returncode == 0, f"{result.summary}\n{result.stderr[-3000:]}"
     assert len(result.project_reports) >= 1, f"{result.summary}: the dropped dependency raced unseen"
     assert any("data race" in r and "csrc/tasks/" in r and ".cuh:" in r for r in result.project_reports), \
@@ -126,7 +120,7 @@ def test_race_is_counted_with_stderr_captured():
     goes to a file (pytest's capture): TSan's exit code is 0, so a report lost with fd 2 would pass."""
     so = build.compile_module(ELSEWHERE_SRC, "cpu", test_mode=True, sanitize="thread").path
     result = run_under_sanitizer("thread", ["-c", CAPTURED_CHILD, so, "race_elsewhere"], TIMEOUT_S)
-    _show(result)
+    result.show()
     assert result.returncode == 0, f"{result.summary}\n{result.stderr[-3000:]}"
     assert any("data race" in r for r in result.project_reports), \
         f"{result.summary}: the race went with fd 2\n{result.stderr[-3000:]}"
@@ -142,7 +136,7 @@ def test_memory_error_is_counted(asan_module):
     """Negative control (address): a heap overflow in a module built like the generated ones."""
     child = "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).read_past_end(4))"
     result = run_under_sanitizer("address", ["-c", child, asan_module], TIMEOUT_S)
-    _show(result)
+    result.show()
     assert result.returncode != 0, "ASan halts on the first error"
     assert len(result.project_reports) == 1, f"{result.summary}\n{result.stderr[-3000:]}"
     assert "heap-buffer-overflow" in result.project_reports[0], result.project_reports[0]
@@ -153,7 +147,7 @@ def test_report_is_counted_with_stderr_captured(asan_module):
     """The same overflow in a child whose fd 2 goes to a file, as under pytest without -s: the report is
     still read (from ASan's log_path, not the child's stderr), not lost with a bare exit 1."""
     result = run_under_sanitizer("address", ["-c", CAPTURED_CHILD, asan_module, "read_past_end"], TIMEOUT_S)
-    _show(result)
+    result.show()
     assert result.returncode != 0, "ASan halts on the first error"
     assert len(result.project_reports) == 1, f"{result.summary}: the report went with fd 2\n{result.stderr}"
     assert "heap-buffer-overflow" in result.project_reports[0], result.project_reports[0]
@@ -163,7 +157,7 @@ def test_cxx_exception_under_asan(asan_module):
     """A C++ throw in a sanitized module (a SIMT error in a kernel) is caught as usual under ASan: the harness
     preloads libstdc++ after libasan, so ASan's __cxa_throw interceptor finds the real one."""
     result = run_under_sanitizer("address", ["-c", CAPTURED_CHILD, asan_module, "throw_and_catch"], TIMEOUT_S)
-    _show(result)
+    result.show()
     assert result.returncode == 0 and result.total_reports == 0, f"{result.summary}\n{result.stderr}"
     assert result.stdout.strip() == "4", result.stdout
 
@@ -174,7 +168,7 @@ def test_cxx_exception_without_libstdcxx_preloaded_is_named(asan_module):
     env = {"LD_PRELOAD": runtime_library("address")}
     result = run_under_sanitizer("address", ["-c", CAPTURED_CHILD, asan_module, "throw_and_catch"], TIMEOUT_S,
                                  env=env)
-    _show(result)
+    result.show()
     assert result.returncode != 0, f"{result.summary}: the throw survived without libstdc++ preloaded"
     assert len(result.project_reports) == 1, f"{result.summary}\n{result.stderr}"
     assert "CHECK failed" in result.project_reports[0] and "throw_and_catch" in result.project_reports[0], \

@@ -110,18 +110,6 @@ def verdict(result: SanitizerResult, files: list[str]) -> list[str]:
     return problems + [f"report in project frames:\n{r}" for r in result.project_reports]
 
 
-def show(result: SanitizerResult) -> None:
-    print(result.summary)
-    for line in _RACEFILE.finditer(result.stdout):
-        print(line[0])
-    for report in result.project_reports:
-        print(report)
-
-
-def detail(result: SanitizerResult) -> str:
-    return f"\nstdout tail:\n{result.stdout[-3000:]}\nstderr tail:\n{result.stderr[-3000:]}"
-
-
 @pytest.fixture(scope="module")
 def results(request, tmp_path_factory) -> dict:
     """{test name: (its child's result, the files it ran, extra)} for the selected tests below, their
@@ -155,18 +143,18 @@ def test_accumulating_layers_have_race_cases():
 
 def test_shared_tiles_under_thread_sanitizer(results, request):
     result, files, _ = results[request.node.name]
-    show(result)
+    result.show(_RACEFILE)
     assert files, "no test-mode files of accumulating layers found"
     problems = verdict(result, files)
-    assert not problems, f"{result.summary}:\n" + "\n".join(problems) + detail(result)
+    assert not problems, f"{result.summary}:\n" + "\n".join(problems) + result.tails
 
 
 def test_plain_read_modify_write_is_a_race(results, request):
     """Negative control: the plain `*p += sum` is a project data race named at the mutated line, and fails
     the verdict the clean run passes."""
     result, files, line = results[request.node.name]
-    show(result)
+    result.show(_RACEFILE)
     site = f"{KERNEL}:{line}"
     assert any("data race" in r and site in r for r in result.project_reports), \
-        f"{result.summary}: the plain read-modify-write at {site} raced unseen" + detail(result)
+        f"{result.summary}: the plain read-modify-write at {site} raced unseen" + result.tails
     assert verdict(result, files), f"{result.summary}: the verdict passed a racy kernel"
