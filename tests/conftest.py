@@ -26,7 +26,11 @@ if os.environ.get("MPK_TEST_DEVICE"):
 LONGEST_FIRST = ["unit/test_csrc.py", "runtime_python/test_mode/test_layers_multirank.py",
                  "unit/test_launch_plan.py", "runtime_python/test_mode/test_kernel_sanitizers.py",
                  "unit/test_gpu_check.py", "runtime_python/test_mode/test_sanitizers.py", "unit/test_nvcc.py",
-                 "runtime_python/test_mode/test_sampling_statistics.py"]
+                 "runtime_python/test_mode/test_sampling_statistics.py",
+                 "runtime_python/test_mode/test_shared_tile_races.py",
+                 "runtime_python/test_mode/test_task_failure.py",
+                 "runtime_python/test_mode/test_duplicate_writes.py",
+                 "runtime_python/test_mode/test_poison_controls.py"]
 
 
 def pytest_configure(config):
@@ -34,6 +38,7 @@ def pytest_configure(config):
     # which put the three-test launch-plan file (the longest) near the end of the run, 17 minutes in
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+    _times_owner(config)
 
 
 def gpu_cc() -> int | None:
@@ -124,10 +129,22 @@ def pytest_collection_modifyitems(config, items):
 
 
 # ---- where the suite's time goes (benchmarks/suite_times.py) ----------------------------------------
-# With MPK_SUITE_TIMES_DIR set, every worker appends one JSON line per test file: its wall seconds and
+# With MPK_SUITE_TIMES_DIR set, every worker (or a run without workers) appends one JSON line per test
+# file; a pytest started inside a test (a sanitizer child, a collection) records nothing: its time is
+# its parent test's children's, counted there. One line per file: its wall seconds and
 # the CPU seconds of this process and of the children it waited for (compilers, mpiexec jobs, sanitizer
 # children), measured around each test including its fixtures' setup and teardown.
 _times: dict[str, list[float]] = {}
+_record = False
+
+
+def _times_owner(config) -> None:
+    global _record
+    controller = not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None)
+    _record = bool(os.environ.get("MPK_SUITE_TIMES_DIR")) and not os.environ.get("MPK_SUITE_TIMES_NESTED") \
+        and not controller
+    if _record:         # (the controller must not set it: its workers start after this and inherit it)
+        os.environ["MPK_SUITE_TIMES_NESTED"] = "1"
 
 
 def _cpu() -> float:
@@ -137,7 +154,7 @@ def _cpu() -> float:
 
 
 def pytest_runtest_protocol(item, nextitem):
-    if not os.environ.get("MPK_SUITE_TIMES_DIR"):
+    if not _record:
         return None
     import time
     t0, c0 = time.perf_counter(), _cpu()

@@ -24,20 +24,19 @@ struct Text {
         buf[len] = 0;
         return *this;
     }
-    // Appends `v` in decimal.
+    // Appends `v` in decimal, most significant digit first, straight into buf: no local array (on the
+    // GPU a thread's array indexed at run time is local memory, a stack frame in every kernel that can
+    // fail a task with a number in its message; tests/unit/test_nvcc.py holds kernels to none).
     MPK_HOST_DEVICE Text& i(int64_t v) {
-        char digits[24];
-        int n = 0;
-        uint64_t u = v < 0 ? uint64_t(0) - uint64_t(v) : uint64_t(v);
-        do {
-            digits[n++] = char('0' + u % 10);
-            u /= 10;
-        } while (u);
-        if (v < 0) digits[n++] = '-';
-        char out[24];
-        for (int k = 0; k < n; ++k) out[k] = digits[n - 1 - k];
-        out[n] = 0;
-        return s(out);
+        if (!buf || cap <= 0) return *this;
+        if (v < 0) s("-");
+        const uint64_t u = v < 0 ? uint64_t(0) - uint64_t(v) : uint64_t(v);
+        uint64_t p = 1;
+        while (u / p >= 10) p *= 10;
+        for (; p > 0; p /= 10)
+            if (len + 1 < cap) buf[len++] = char('0' + (u / p) % 10);
+        buf[len] = 0;
+        return *this;
     }
 };
 

@@ -8,6 +8,7 @@
 #include "../runtime/dtypes.h"
 #include "../runtime/simt.h"
 #include "../runtime/task_view.h"
+#include "../runtime/text.h"
 
 namespace mpk {
 
@@ -125,7 +126,10 @@ template <typename F> MPK_DEVICE MPK_INLINE void for_each_chunk(int64_t rows, in
 // (MPK_TASK_FAILED). No trap, no printf, no throw: a CUDA context survives a failed task.
 // A view built by hand without a record (a C++ kernel test): the CPU throws std::runtime_error(what),
 // nvcc traps.
-MPK_DEVICE inline void task_fail(const TaskView& v, const char* what) {
+// The record of the launch, claimed for this thread's task: false when there is none to claim (an
+// earlier failure keeps it). A view without a record (a C++ kernel test): the CPU throws
+// std::runtime_error(what), nvcc traps.
+MPK_DEVICE inline bool claim_failure(const TaskView& v, const char* what) {
     TaskFailure* f = v.failure;
     if (f == nullptr) {
 #if defined(__CUDACC__)
@@ -135,14 +139,31 @@ MPK_DEVICE inline void task_fail(const TaskView& v, const char* what) {
 #endif
     }
     const uint64_t me = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(v.task));
-    if (atomic_cas(&f->owner, uint64_t(0), me) != 0) return;  // an earlier failure keeps the record
+    if (atomic_cas(&f->owner, uint64_t(0), me) != 0) return false;
     f->thread = static_cast<int32_t>(threadIdx.x);
-    int n = 0;
-    while (what[n] && n + 1 < kTaskFailureBytes) {
-        f->message[n] = what[n];
-        ++n;
+    return true;
+}
+
+MPK_DEVICE inline void task_fail(const TaskView& v, const char* what) {
+    if (claim_failure(v, what)) Text(v.failure->message, kTaskFailureBytes).s(what);
+}
+
+// task_fail with a message that names numbers: write(text) appends to a Text (runtime/text.h) built in
+// the record itself, so no message buffer lives on the failing thread's stack (a GPU thread's local array
+// is a stack frame in the kernel). Without a record, the CPU builds it in a local buffer to throw it.
+template <typename Write>
+MPK_DEVICE inline void task_fail_text(const TaskView& v, Write write) {
+#if !defined(__CUDACC__)
+    if (v.failure == nullptr) {
+        char msg[kTaskFailureBytes];
+        Text t(msg, kTaskFailureBytes);
+        write(t);
+        claim_failure(v, msg);          // throws
     }
-    f->message[n] = 0;
+#endif
+    if (!claim_failure(v, "task_fail_text")) return;
+    Text t(v.failure->message, kTaskFailureBytes);
+    write(t);
 }
 
 }  // namespace mpk

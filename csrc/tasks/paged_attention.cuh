@@ -48,14 +48,14 @@ struct AttnRequest {
 };
 
 // Fails the task: "paged_attention: meta tensor '<name>'[<i>] = <value> <why><bound>)", a corrupt meta
-// value named with its numbers (Text: no snprintf on the device). task_fail records the message (the
-// first failure of the launch wins) and returns: the caller goes on with an empty request or skips the slot.
+// value named with its numbers, written into the launch's record (common.cuh task_fail_text: no buffer on
+// the thread's stack, no snprintf on the device). The first failure of the launch wins; task_fail_text
+// returns, and the caller goes on with an empty request or skips the slot.
 MPK_DEVICE inline void attn_fail(const TaskView& v, const char* name, int64_t i, int64_t value, const char* why,
                                  int64_t bound) {
-    char msg[256];
-    Text(msg, int32_t(sizeof msg)).s("paged_attention: meta tensor '").s(name).s("'[").i(i).s("] = ").i(value)
-        .s(" ").s(why).i(bound).s(")");
-    task_fail(v, msg);
+    task_fail_text(v, [&](Text& t) {
+        t.s("paged_attention: meta tensor '").s(name).s("'[").i(i).s("] = ").i(value).s(" ").s(why).i(bound).s(")");
+    });
 }
 
 // Request slot r = iparam(0) (< max_num_batched_requests: the grid's x, so its indptr entries exist).

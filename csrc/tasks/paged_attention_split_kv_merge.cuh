@@ -31,11 +31,10 @@ __device__ void paged_attention_split_kv_merge_task(const TaskView& v) {
     const Tile2D yt = tile2d(v.out_tile(0));
     if (rows < 0 || first < 0 || first + rows > yt.rows) {
         const int64_t i = first < 0 || first > yt.rows ? r : r + 1;
-        char msg[192];              // (Text: no snprintf on the device)
-        Text(msg, int32_t(sizeof msg)).s("paged_attention_split_kv_merge: meta tensor 'qo_indptr_buffer'[").i(i)
-            .s("] = ").i(v.meta->qo_indptr_buffer[i]).s(" gives the request rows outside the tiles (rows ").i(yt.rows)
-            .s(")");
-        task_fail(v, msg);
+        task_fail_text(v, [&](Text& t) {    // (written into the launch's record: no buffer on the stack)
+            t.s("paged_attention_split_kv_merge: meta tensor 'qo_indptr_buffer'[").i(i).s("] = ")
+                .i(v.meta->qo_indptr_buffer[i]).s(" gives the request rows outside the tiles (rows ").i(yt.rows).s(")");
+        });
         return;                     // (task_fail records and returns: nothing read or written)
     }
     const int64_t G = yt.cols / D, C = lt.dims[1] / G;

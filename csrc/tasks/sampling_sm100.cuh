@@ -70,10 +70,10 @@ MPK_DEVICE MPK_INLINE SamplingKey sampling_key(const TaskView& v, int64_t row) {
         if (qo[s] <= row && row < qo[s + 1]) {
             const int32_t r = v.meta->request_ids[s];
             if (r < 0 || r >= v.iparam(2)) {  // (the row's threads only: carry on without reading step)
-                char msg[192];      // (Text: no snprintf on the device)
-                Text(msg, int32_t(sizeof msg)).s("sampling_sm100: meta tensor 'request_ids'[").i(s).s("] = ").i(r)
-                    .s(" names a request outside the step meta tensor (total_num_requests ").i(v.iparam(2)).s(")");
-                task_fail(v, msg);
+                task_fail_text(v, [&](Text& t) {    // (written into the launch's record: no buffer on the stack)
+                    t.s("sampling_sm100: meta tensor 'request_ids'[").i(s).s("] = ").i(r)
+                        .s(" names a request outside the step meta tensor (total_num_requests ").i(v.iparam(2)).s(")");
+                });
                 break;              // (task_fail records and returns: the row's key past the batch)
             }
             return SamplingKey{static_cast<uint32_t>(r), static_cast<uint32_t>(v.meta->step[r] + (row - qo[s]))};

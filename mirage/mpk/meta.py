@@ -130,7 +130,7 @@ def check_batch(p: dict, meta: dict[str, torch.Tensor]) -> None:
                  (rows, f"max_num_batched_tokens ({rows}), the batch's rows"))
     kv = _indptr("paged_kv_indptr_buffer", meta["paged_kv_indptr_buffer"],
                  (pages, f"max_num_pages ({pages})"))
-    used = torch.arange(pages) < int(kv[-1])
+    used = torch.arange(pages, device=kv.device) < int(kv[-1])
     _first_bad("paged_kv_indices_buffer", meta["paged_kv_indices_buffer"], (0, "0"),
                (pages - 1, f"max_num_pages - 1 ({pages - 1}), the cache's last page"),
                f"entries [0, {int(kv[-1])}) are the slots' pages", used)

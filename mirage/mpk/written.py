@@ -185,7 +185,9 @@ class InPlace:
         """After pk's pass: with suspects (on any rank: they decide together, so all or none run again),
         the pass once more from the state before it, the suspects poisoned, then check(). Every tensor
         the first pass wrote, and the meta tensors, are put back as it left them."""
-        suspects = self.suspects(pk.meta_tensors) if self.tiles else []
+        if not self.tiles:      # (the same on every rank: no collective, which a rank that failed its
+            return              # pass, and raised, would never join)
+        suspects = self.suspects(pk.meta_tensors)
         if not (pk._comm.allreduce(len(suspects)) if pk._comm else suspects):
             return
         log.info("in-place outputs: %s left bit-identical by the pass: running it again from the poison",

@@ -115,7 +115,7 @@ def test_gpu_check_dry_run_runs_every_stage_the_cpu_can(tmp_path):
                       rf"([\d.]+) s$", out, re.M)
         assert m and int(m.group(1)) > 0 and float(m.group(2)) > 0, out
     budget = re.search(r"^layers-budget +PASS +0  \d+ folders, estimated (\d+) s of (\d+) s", out, re.M)
-    assert budget and int(budget.group(1)) <= int(budget.group(2)) == 340, out
+    assert budget and int(budget.group(1)) <= int(budget.group(2)) == 310, out
     runs = [r for r in summary["results"] if r["stage"] == "executor"]
     want = {(g, w) for g in ("chain", "fork", "join") for w in (1, 3)}
     assert {(r["graph"], r["workers"]) for r in runs} >= want, runs

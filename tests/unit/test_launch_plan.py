@@ -8,8 +8,7 @@ one-task launcher (-DMPK_NO_ONE_TASK_LAUNCHER: mpk_execute_one, csrc/runtime/ent
 entry without the dispatcher). That entry is a kernel of its own, allocated by ptxas apart from
 persistent_kernel (on sm_90a: 3712 B of static shared memory either way, 240 registers with the
 launcher and 242 without), and a second copy of every variant: the sm_90a build took 191 s of CPU
-with it and 116 s without. The build is the suite's one every-variant build per architecture
-(tests/unit/every_variant_nvcc.py), whose per-kernel probes test_nvcc.py holds to their budget. ptxas's
+with it and 116 s without. ptxas's
 report of `persistent_kernel` (registers per thread, static shared memory) and the launch the host
 would make on each architecture's reference GPU (A100, H100/H200, B200: MPK's worker and scheduler
 counts for its SMs, `PersistentKernel.worker_threads` threads, WORKER_SMEM_BYTES of dynamic shared
@@ -32,11 +31,13 @@ import os
 import re
 import shutil
 import subprocess
+import types
 
 import pytest
 
 import mirage
-from mirage.mpk import build, testing
+from mirage.mpk import build, codegen, layers
+from mirage.mpk.dtypes import FLOATS
 from mirage.mpk.persistent_kernel import WORKER_SMEM_BYTES
 
 NVCC = shutil.which("nvcc")
@@ -44,7 +45,6 @@ CXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(NVCC is None or CXX is None, reason="nvcc or g++ is not installed: the "
                                 "CUDA build of the persistent kernel cannot be checked here")
 HERE = os.path.dirname(os.path.abspath(__file__))
-EVERY_VARIANT = testing.load_reference(__file__, name="every_variant_nvcc")
 KIB = 1024
 # The reference GPU of each architecture (CUDA programming guide, "Compute capabilities"; SM counts of
 # the A100 SXM, H100/H200 SXM, B200).
@@ -63,6 +63,14 @@ LIMIT_KEYS = ["sms", "smem_per_block", "smem_per_block_optin", "smem_per_sm", "s
               "regs_per_sm", "max_threads_per_sm", "max_blocks_per_sm"]
 _ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(sm_\w+)'")
 _USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def every_variant_source() -> str:
+    """A generated module whose dispatcher has every (layer kind, dtype) kernel the generator emits."""
+    fake = [types.SimpleNamespace(kind=k, cpp_function=layers.kernel_function(k, (d,)),
+                                  outputs=[types.SimpleNamespace(tensor=types.SimpleNamespace(dtype=d))])
+            for k in layers.layer_stems() for d in FLOATS]
+    return codegen.source(codegen.Variants(fake), "cuda")
 
 
 def persistent_kernel_usage(text: str) -> dict[str, dict[str, int]]:
@@ -117,13 +125,22 @@ def cuda_rules(static_smem: int, registers: int, threads: int, dynamic: int, gri
 
 
 @pytest.fixture(scope="module")
-def usage() -> dict[str, dict[str, int]]:
-    """arch -> persistent_kernel's registers and static shared memory, from the suite's one every-variant
-    build per architecture (tests/unit/every_variant_nvcc.py; test_nvcc.py reads the same builds)."""
-    archs = [a for a in EVERY_VARIANT.archs(first="sm_80") if a in ARCHS]
-    found = {}
-    for arch in archs:
-        found.update(persistent_kernel_usage(EVERY_VARIANT.ptxas_report(arch)))
+def usage(tmp_path_factory) -> dict[str, dict[str, int]]:
+    listed = subprocess.run([NVCC, "--list-gpu-arch"], capture_output=True, text=True).stdout.split()
+    archs = [a for a in ARCHS if f"compute_{a[3:].rstrip('a')}" in listed]
+    d = tmp_path_factory.mktemp("module")
+    src = d / "test_rank0.cu"
+    src.write_text(every_variant_source())
+    gencode = [f for a in archs for f in ("-gencode", f"arch=compute_{a[3:]},code={a}")]
+    # --threads 0: the architectures compile in parallel (one per core); ptxas on the every-variant
+    # dispatcher is the suite's longest single step
+    # -fatbin: device code only (ptxas's report is all the test reads; the host compile took 15 s more)
+    cmd = [NVCC, "-std=c++17", "-x", "cu", "-fatbin", "-O3", "--threads", "0", "-DMPK_BACKEND_CUDA",
+           "-DMPK_TEST_MODE", "-DMPK_NO_ONE_TASK_LAUNCHER", "-Xptxas", "-v", *gencode, "-I", build.csrc_dir(),
+           str(src), "-o", str(d / "module.fatbin")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, f"nvcc failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}"
+    found = persistent_kernel_usage(proc.stdout + proc.stderr)
     assert sorted(found) == sorted(archs), f"ptxas reported persistent_kernel for {sorted(found)}, built " \
         f"{archs}"
     return found

@@ -12,6 +12,7 @@ Run: python tests/runtime_python/splitk_linear/test_splitk_linear_testmode.py   
      sum against the gathered outputs, the sum against the unsharded reference (the composed budget), and
      the sum bit-identical across ranks; testing.run_cases_as_script)
 """
+import functools
 import os
 
 import pytest
@@ -121,11 +122,7 @@ def run_contention(dtype, output_dir=None, world=testing.ONE_RANK):
                     world=world, launches=LAUNCHES if world.size == 1 else 1)
 
 
-def contention(output_dir=None, world=testing.ONE_RANK):
-    """Script mode: the contention cases, every dtype."""
-    return [run_contention(d, os.path.join(output_dir or ".", str(d)[6:]), world)
-            for d in CONTENTION_DTYPES][-1]
-
-
 if __name__ == "__main__":
-    testing.run_cases_as_script("splitk_linear", run_case, DTYPES, CASES, _jitter, after=[contention])
+    # script mode: each contention dtype its own case (and case directory, as the multi-rank job checks)
+    testing.run_cases_as_script("splitk_linear", run_case, DTYPES, CASES, _jitter,
+                                after=[functools.partial(run_contention, dtype=d) for d in CONTENTION_DTYPES])
