@@ -17,7 +17,6 @@ The GPU stages themselves run only where a GPU is: docs/runtime.md, "GPU check".
 """
 import ctypes
 import glob
-import importlib.util
 import json
 import os
 import re
@@ -29,7 +28,7 @@ import time
 import pytest
 import torch
 
-from mirage.mpk import build
+from mirage.mpk import build, testing
 from mirage.mpk.errors import MPKCompileError
 
 NVCC = shutil.which("nvcc")
@@ -184,11 +183,7 @@ def test_gpu_check_without_a_gpu_fails_at_once_naming_why(tmp_path):
 
 
 def stages_module():
-    path = os.path.join(ROOT, "scripts", "gpu_stages.py")
-    spec = importlib.util.spec_from_file_location("gpu_stages", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return testing.load_reference(os.path.join(ROOT, "scripts", "gpu_stages.py"), name="gpu_stages")
 
 
 def test_no_gpu_reasons_name_the_cause(monkeypatch):

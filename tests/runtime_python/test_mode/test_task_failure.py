@@ -16,7 +16,6 @@ after a failure.
 Run: pytest tests/runtime_python/test_mode/test_task_failure.py -s
 """
 import contextlib
-import importlib.util
 import os
 import shutil
 
@@ -29,11 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 
 
 def stages():
-    path = os.path.join(ROOT, "scripts", "gpu_stages.py")
-    spec = importlib.util.spec_from_file_location("gpu_stages", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """scripts/gpu_stages.py, whose failure stage this file runs on the CPU."""
+    return testing.load_reference(os.path.join(ROOT, "scripts", "gpu_stages.py"), name="gpu_stages")
 
 
 @contextlib.contextmanager
