@@ -257,7 +257,7 @@ struct Pool {
             fibers[i].stack_lo = static_cast<char*>(m) + guard;
             fibers[i].stack_size = bytes;
 #if MPK_SIMT_TSAN
-            fibers[i].tsan = __tsan_create_fiber(0);
+            fibers[i].tsan = tsan_fiber_take();
             char name[48];
             snprintf(name, sizeof name, "simt threadIdx.x %d", i);
             __tsan_set_fiber_name(fibers[i].tsan, name);
@@ -298,7 +298,7 @@ struct Pool {
         for (int i = 0; i < capacity; ++i) {
             const size_t guard = page_size();
 #if MPK_SIMT_TSAN
-            __tsan_destroy_fiber(fibers[i].tsan);
+            tsan_fiber_give(fibers[i].tsan);
 #endif
 #if MPK_SIMT_ASAN
             __asan_unpoison_memory_region(fibers[i].stack_lo, fibers[i].stack_size);
