@@ -21,11 +21,12 @@ if os.environ.get("MPK_TEST_DEVICE"):
     torch.set_default_device(os.environ["MPK_TEST_DEVICE"])
 
 # The longest files first: the README's test command runs the suite on pytest-xdist workers with
-# --dist loadfile (a file's tests on one worker, so a module fixture such as test_launch_plan's
-# every-variant nvcc build runs once), and a long file started last would leave the other workers idle.
+# --dist loadfile (a file's tests on one worker), and a long file started last would leave the other
+# workers idle. test_nvcc.py is not among them: it reads the every-variant nvcc build that
+# test_launch_plan.py starts (tests/unit/every_variant.py), so it comes later and finds it built.
 LONGEST_FIRST = ["unit/test_csrc.py", "runtime_python/test_mode/test_layers_multirank.py",
                  "unit/test_launch_plan.py", "runtime_python/test_mode/test_kernel_sanitizers.py",
-                 "unit/test_gpu_check.py", "runtime_python/test_mode/test_sanitizers.py", "unit/test_nvcc.py",
+                 "unit/test_gpu_check.py", "runtime_python/test_mode/test_sanitizers.py",
                  "runtime_python/test_mode/test_sampling_statistics.py",
                  "runtime_python/test_mode/test_shared_tile_races.py",
                  "runtime_python/test_mode/test_task_failure.py",

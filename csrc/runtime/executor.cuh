@@ -44,8 +44,8 @@
 #endif
 
 // The protocol's own functions are not inlined into the worker loop under nvcc: they run once per
-// task or less, and inlined they would compete with the task kernels (inlined through the
-// dispatcher) for registers.
+// task or less, and inlined they would add to the worker loop's registers (the task kernels are
+// functions of their own too: mpk::call_task, runtime/simt.h).
 #if defined(__CUDACC__)
 #define MPK_NOINLINE __noinline__
 #else

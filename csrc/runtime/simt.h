@@ -38,7 +38,16 @@ template <typename T> MPK_DEVICE MPK_INLINE T* smem(size_t byte_offset, size_t /
     return reinterpret_cast<T*>(smem_base() + byte_offset);
 }
 }  // namespace mpk
-#define MPK_RUN_TASK(v, ...) (__VA_ARGS__)(v)
+// Each task kernel is a function of its own in the persistent kernel, called, not inlined: ptxas then
+// allocates every task apart and the dispatcher stays one switch of calls. Inlining all of them made
+// nvcc's front end superlinear in the number of (layer, dtype) variants (the every-variant module,
+// tests/unit/every_variant.py: cicc for sm_100a 193 s inlined, 13 s called) and gave the kernel a
+// larger stack frame (224 B, now 128 B on sm_90a) for the same registers (228, now 226). A call per
+// task costs a few cycles against a task's microseconds.
+namespace mpk {
+template <auto Task> __device__ __noinline__ void call_task(const TaskView& v) { Task(v); }
+}  // namespace mpk
+#define MPK_RUN_TASK(v, ...) ::mpk::call_task<__VA_ARGS__>(v)
 // The generated dispatcher (mirage/mpk/codegen.py) is device code under nvcc.
 #define MPK_DISPATCH __device__ inline
 

@@ -4,17 +4,13 @@ resources").
 nvcc builds a generated module that dispatches every kernel instantiation the code generator can
 emit (every layer kind x dtype: the most static shared memory and registers any graph's persistent
 kernel can have) for sm_80, sm_90a and sm_100a in test mode, as `compile()` builds it but for the
-one-task launcher (-DMPK_NO_ONE_TASK_LAUNCHER: mpk_execute_one, csrc/runtime/entry_cuda.h, keeps its
-entry without the dispatcher). That entry is a kernel of its own, allocated by ptxas apart from
-persistent_kernel (on sm_90a: 3712 B of static shared memory either way, 240 registers with the
-launcher and 242 without), and a second copy of every variant: the sm_90a build took 191 s of CPU
-with it and 116 s without. ptxas's
-report of `persistent_kernel` (registers per thread, static shared memory) and the launch the host
-would make on each architecture's reference GPU (A100, H100/H200, B200: MPK's worker and scheduler
-counts for its SMs, `PersistentKernel.worker_threads` threads, WORKER_SMEM_BYTES of dynamic shared
-memory) go through csrc/runtime/launch_plan.h, the decision host_cuda.h makes before its first
-launch. The test then holds that decision to CUDA's rules, written out here independently of the
-header:
+one-task launcher (tests/unit/every_variant.py: the build this file shares with test_nvcc.py's
+per-kernel budgets, once per architecture per run). ptxas's report of `persistent_kernel` (registers
+per thread, static shared memory) and the launch the host would make on each architecture's reference
+GPU (A100, H100/H200, B200: MPK's worker and scheduler counts for its SMs,
+`PersistentKernel.worker_threads` threads, WORKER_SMEM_BYTES of dynamic shared memory) go through
+csrc/runtime/launch_plan.h, the decision host_cuda.h makes before its first launch. The test then
+holds that decision to CUDA's rules, written out here independently of the header:
   - static + dynamic shared memory of a block <= 48 KiB unless the plan opts in, and <= the
     architecture's opt-in maximum when it does; static alone <= 48 KiB;
   - registers x threads of one block within the SM's register file, at most 255 per thread;
@@ -28,16 +24,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
-import types
 
 import pytest
 
 import mirage
-from mirage.mpk import build, codegen, layers
-from mirage.mpk.dtypes import FLOATS
+from mirage.mpk import build, testing
 from mirage.mpk.persistent_kernel import WORKER_SMEM_BYTES
 
 NVCC = shutil.which("nvcc")
@@ -45,6 +38,7 @@ CXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(NVCC is None or CXX is None, reason="nvcc or g++ is not installed: the "
                                 "CUDA build of the persistent kernel cannot be checked here")
 HERE = os.path.dirname(os.path.abspath(__file__))
+every_variant = testing.load_reference(__file__, name="every_variant")
 KIB = 1024
 # The reference GPU of each architecture (CUDA programming guide, "Compute capabilities"; SM counts of
 # the A100 SXM, H100/H200 SXM, B200).
@@ -61,28 +55,6 @@ ARCHS = {
 }
 LIMIT_KEYS = ["sms", "smem_per_block", "smem_per_block_optin", "smem_per_sm", "smem_reserved_per_block",
               "regs_per_sm", "max_threads_per_sm", "max_blocks_per_sm"]
-_ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(sm_\w+)'")
-_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
-
-
-def every_variant_source() -> str:
-    """A generated module whose dispatcher has every (layer kind, dtype) kernel the generator emits."""
-    fake = [types.SimpleNamespace(kind=k, cpp_function=layers.kernel_function(k, (d,)),
-                                  outputs=[types.SimpleNamespace(tensor=types.SimpleNamespace(dtype=d))])
-            for k in layers.layer_stems() for d in FLOATS]
-    return codegen.source(codegen.Variants(fake), "cuda")
-
-
-def persistent_kernel_usage(text: str) -> dict[str, dict[str, int]]:
-    """arch -> registers and static shared memory of persistent_kernel, from `-Xptxas -v`."""
-    out, arch = {}, None
-    for line in text.splitlines():
-        if (m := _ENTRY.search(line)):
-            arch = m.group(2) if "persistent_kernel" in m.group(1) else None
-        elif arch and (m := _USED.search(line.strip())):
-            out[arch] = dict(registers=int(m.group(1)), static_smem=int(m.group(2) or 0))
-            arch = None
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -125,24 +97,14 @@ def cuda_rules(static_smem: int, registers: int, threads: int, dynamic: int, gri
 
 
 @pytest.fixture(scope="module")
-def usage(tmp_path_factory) -> dict[str, dict[str, int]]:
-    listed = subprocess.run([NVCC, "--list-gpu-arch"], capture_output=True, text=True).stdout.split()
-    archs = [a for a in ARCHS if f"compute_{a[3:].rstrip('a')}" in listed]
-    d = tmp_path_factory.mktemp("module")
-    src = d / "test_rank0.cu"
-    src.write_text(every_variant_source())
-    gencode = [f for a in archs for f in ("-gencode", f"arch=compute_{a[3:]},code={a}")]
-    # --threads 0: the architectures compile in parallel (one per core); ptxas on the every-variant
-    # dispatcher is the suite's longest single step
-    # -fatbin: device code only (ptxas's report is all the test reads; the host compile took 15 s more)
-    cmd = [NVCC, "-std=c++17", "-x", "cu", "-fatbin", "-O3", "--threads", "0", "-DMPK_BACKEND_CUDA",
-           "-DMPK_TEST_MODE", "-DMPK_NO_ONE_TASK_LAUNCHER", "-Xptxas", "-v", *gencode, "-I", build.csrc_dir(),
-           str(src), "-o", str(d / "module.fatbin")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
-    assert proc.returncode == 0, f"nvcc failed (exit {proc.returncode}):\n{proc.stderr[-6000:]}"
-    found = persistent_kernel_usage(proc.stdout + proc.stderr)
-    assert sorted(found) == sorted(archs), f"ptxas reported persistent_kernel for {sorted(found)}, built " \
-        f"{archs}"
+def usage() -> dict[str, dict[str, int]]:
+    """arch -> registers and static shared memory of persistent_kernel, from the every-variant build."""
+    archs = every_variant.supported_archs()
+    found = {}
+    for arch, report in every_variant.ptxas_reports(archs).items():
+        kernels = [p for name, p in report.items() if name.startswith("void mpk::cuda::persistent_kernel<")]
+        assert len(kernels) == 1, f"{arch}: ptxas reported {len(kernels)} persistent kernels"
+        found[arch] = dict(registers=kernels[0]["registers"], static_smem=kernels[0]["smem"])
     return found
 
 
