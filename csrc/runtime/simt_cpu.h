@@ -30,6 +30,8 @@
 //   simt_cpu_sched.h      Block / Error, fibers, the per-OS-thread pool, the scheduler
 //   simt_cpu_tls.h        the static __shared__ poison (this module's TLS block, less the emulation's)
 //   simt_cpu_sync.h       barriers, warp collectives, their checks and the deadlock diagnosis
+//   simt_cpu_async.h      cp.async: copies in flight, their groups, the seeded landing, their checks
+//   simt_cpu_ptx.h        mma.sync and ldmatrix as warp collectives (the PTX ISA's fragment layouts)
 //   simt_cpu_block.h      run_block, mpk::smem, the executor's BlockRef / task_barrier / MPK_RUN_TASK
 //   simt_cpu_cuda.h       the CUDA builtins: threadIdx, __syncthreads, __shfl_*_sync, atomics, math
 #pragma once
@@ -44,5 +46,7 @@
 #include "simt_cpu_sched.h"
 #include "simt_cpu_tls.h"
 #include "simt_cpu_sync.h"
+#include "simt_cpu_async.h"
+#include "simt_cpu_ptx.h"
 #include "simt_cpu_block.h"
 #include "simt_cpu_cuda.h"

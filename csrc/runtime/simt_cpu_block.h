@@ -10,6 +10,7 @@
 #include <string.h>
 #include <string>
 #include <type_traits>
+#include "simt_cpu_async.h"
 #include "simt_cpu_sync.h"
 
 namespace mpk {
@@ -45,6 +46,7 @@ inline void run(const Block& b, void (*fn)(void*), void* arg) {
     s.bar_gen = 0;
     s.aborting = false;
     s.error.clear();
+    async_reset(s);
     s.main.stack_lo = nullptr;
     s.main.stack_size = 0;
     s.main.st = St::Running;
@@ -217,9 +219,15 @@ inline int task_barrier(BlockRef b, bool poison, int pred = 0, const char* file 
 // A task on the worker block. Inside a running block (the persistent executor runs the task on
 // every thread of its worker block, runtime/executor.cuh, and says so in v.on_block) the calling
 // thread runs it, as under nvcc; outside one (a kernel test), one block of block_of(v) runs it.
+// A thread that ends its task with cp.async copies in flight is an error (simt_cpu_async.h).
 template <class F> void run_task(const TaskView& v, F&& body) {
-    if (v.on_block || detail::tl.s) body();
-    else run_block(block_of(v), body);
+    if (v.on_block || detail::tl.s) {
+        body();
+        detail::Sched* s = detail::tl.s;
+        if (s && s->async_pending) detail::async_thread_done(*s, s->cur, "ends its task");
+    } else {
+        run_block(block_of(v), body);
+    }
 }
 }  // namespace simt
 }  // namespace mpk

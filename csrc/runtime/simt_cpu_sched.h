@@ -76,7 +76,10 @@ enum class St : uint8_t { Ready, Running, Barrier, Warp, Yielded, Exited };
 enum class Op : uint8_t {
     Syncwarp, ShflIdx, ShflUp, ShflDown, ShflXor, Ballot, Any, All, MatchAny, MatchAll,
     RedAddU, RedMinU, RedMaxU, RedMinI, RedMaxI, RedAnd, RedOr, RedXor,
-    SyncThreads, SyncCount, SyncAnd, SyncOr
+    SyncThreads, SyncCount, SyncAnd, SyncOr,
+    // the tensor-core warp collectives (runtime/ptx.h; simt_cpu_ptx.h): one per PTX form, so a message names it
+    MmaK16Bf16, MmaK16F16, MmaK8Bf16, MmaK8F16, MmaK32E4m3,
+    LdmX1, LdmX2, LdmX4, LdmX1T, LdmX2T, LdmX4T
 };
 inline const char* op_name(Op op) {
     static const char* const names[] = {
@@ -84,7 +87,13 @@ inline const char* op_name(Op op) {
         "__ballot_sync", "__any_sync", "__all_sync", "__match_any_sync", "__match_all_sync",
         "__reduce_add_sync", "__reduce_min_sync", "__reduce_max_sync", "__reduce_min_sync",
         "__reduce_max_sync", "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",
-        "__syncthreads", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or"};
+        "__syncthreads", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or",
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+        "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32", "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32",
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32",
+        "ldmatrix.sync.aligned.m8n8.x1.shared.b16", "ldmatrix.sync.aligned.m8n8.x2.shared.b16",
+        "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16",
+        "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"};
     return names[int(op)];
 }
 
@@ -124,6 +133,7 @@ struct Warp {
 };
 
 struct Cancel {};  // unwinds a fiber's stack when the block stops; never leaves the fiber
+struct Async;      // the block's cp.async copies in flight (simt_cpu_async.h)
 constexpr int kSpinAtomics = 256;
 
 struct Sched {
@@ -173,11 +183,19 @@ struct Sched {
     // static __shared__ poison: the OS thread's instance of this module's TLS block, less the
     // emulation's own state (tl), as [tls_lo, tls_skip_lo) and [tls_skip_hi, tls_hi)
     char *tls_lo = nullptr, *tls_skip_lo = nullptr, *tls_skip_hi = nullptr, *tls_hi = nullptr;
+    // cp.async (simt_cpu_async.h): the copies in flight, created by the block's first; async_pending
+    // counts them (block() lands some of the running thread's on the way, when the block's draw says so)
+    Async* async = nullptr;
+    int async_pending = 0;
     // the executor's per-block state (block_scratch): not shared memory, never poisoned
     char* scratch = nullptr;
     size_t scratch_bytes = 0;
     bool scratch_given = false;  // handed out in this block
 };
+
+inline void async_free(Async* a);                   // simt_cpu_async.h
+inline void async_tick(Sched& s, Fiber* self);
+inline void async_thread_done(Sched& s, Fiber* self);
 
 struct Pool;
 // Every thread_local of the emulation, in one object: the poison of static __shared__ arrays
@@ -293,6 +311,7 @@ struct Pool {
 #endif
     }
     ~Pool() {
+        async_free(sched.async);
         free(sched.watch_copy);
         free(sched.scratch);
         for (int i = 0; i < capacity; ++i) {
@@ -523,6 +542,7 @@ inline void block(Sched& s, Fiber* self) {
         throw Cancel{};
     }
     self->atomics = 0;
+    if (__builtin_expect(s.async_pending != 0, 0)) async_tick(s, self);  // a moment for copies in flight to land
     Fiber* next = next_fiber(s);
     if (next == nullptr) {  // deadlock: recorded
         self->st = St::Running;
@@ -602,6 +622,7 @@ MPK_SIMT_NO_TSAN inline void fiber_main(void* arg) {
     if (!s.aborting) {
         try {
             s.fn(s.arg);
+            if (s.async_pending) async_thread_done(s, self);  // an exit with copies in flight is named
         } catch (const Cancel&) {
         } catch (const Error& e) {
             TsanIgnore ignore;

@@ -7,7 +7,9 @@
 # static __shared__ poison's negative control (built with -DMPK_SIMT_STATIC_POISON=0, its test must
 # fail); refuse checks that a task kernel reading blockIdx / gridDim does not compile with g++
 # (tests/csrc/refuse_blockidx.cu; nvcc: tests/unit/test_nvcc.py).
-# Usage: tests/csrc/run_simt_tests.sh [plain|ucontext|thread|address|refuse|aarch64 ...]   (default: all)
+# ptx builds and runs tests/csrc/test_ptx.cpp (runtime/ptx.h: mma.sync, ldmatrix, cp.async) plain, under
+# ThreadSanitizer and under AddressSanitizer+UBSan.
+# Usage: tests/csrc/run_simt_tests.sh [plain|ucontext|thread|address|refuse|ptx|aarch64 ...]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # a directory of its own: the suite runs modes in parallel (pytest-xdist), and checkouts may share /tmp
@@ -29,7 +31,7 @@ expect() {
   echo "PASS $name: exit $rc${pattern:+, '$pattern' found}"
 }
 
-for mode in "${@:-plain ucontext thread address refuse aarch64}"; do
+for mode in "${@:-plain ucontext thread address refuse ptx aarch64}"; do
   for m in $mode; do
     case "$m" in
       plain)    flags=() ;;
@@ -45,6 +47,18 @@ for mode in "${@:-plain ucontext thread address refuse aarch64}"; do
         aarch64-linux-gnu-g++ "${base[@]:1}" -o "$out/test_simt_aarch64"
         qemu-aarch64 -L /usr/aarch64-linux-gnu "$out/test_simt_aarch64"
         continue ;;
+      ptx)
+        ptx=(g++ -std=c++17 -O2 -pthread -Wall -Wextra -Werror -Icsrc tests/csrc/test_ptx.cpp)
+        echo "== ptx: ${ptx[*]}"
+        "${ptx[@]}" -o "$out/test_ptx" && "$out/test_ptx"
+        echo "== ptx under ThreadSanitizer"
+        "${ptx[@]}" -g -fsanitize=thread -o "$out/test_ptx_tsan"
+        TSAN_OPTIONS="halt_on_error=1 exitcode=66" "$out/test_ptx_tsan"
+        echo "== ptx under AddressSanitizer+UBSan"
+        "${ptx[@]}" -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
+          -o "$out/test_ptx_asan"
+        ASAN_OPTIONS="detect_leaks=1" "$out/test_ptx_asan"
+        continue ;;
       refuse)
         echo "== refuse: g++ -fsyntax-only tests/csrc/refuse_blockidx.cu, reading blockIdx / gridDim / neither"
         gxx=(g++ -std=c++17 -x c++ -fsyntax-only -Icsrc tests/csrc/refuse_blockidx.cu)
@@ -53,7 +67,7 @@ for mode in "${@:-plain ucontext thread address refuse aarch64}"; do
         expect refuse-gridDim 1 "static assertion failed: task kernel reads gridDim" "" -- "${gxx[@]}" -DMPK_READ=2
         expect refuse-control 0 "" "error" -- "${gxx[@]}" -DMPK_READ=0
         continue ;;
-      *) echo "unknown mode $m (plain|ucontext|thread|address|refuse|aarch64)" >&2; exit 2 ;;
+      *) echo "unknown mode $m (plain|ucontext|thread|address|refuse|ptx|aarch64)" >&2; exit 2 ;;
     esac
     echo "== $m: ${base[*]} ${flags[*]}"
     "${base[@]}" "${flags[@]}" -o "$out/test_simt_$m"

@@ -6,7 +6,8 @@ line per check. The SIMT test
 (csrc/runtime/simt_cpu.h; docs/simt.md) runs plain, with the ucontext switch, under TSan (a
 missing barrier must be a TSan report, its fixed kernel clean) and under ASan+UBSan (raw
 shared/global overflows must be ASan reports); plain also runs the static __shared__ poison's negative
-control, and refuse checks that a task kernel reading blockIdx / gridDim does not compile.
+control, and refuse checks that a task kernel reading blockIdx / gridDim does not compile; ptx runs
+the tensor-core and cp.async test (tests/csrc/test_ptx.cpp) plain, under TSan and under ASan+UBSan.
 """
 import os
 import subprocess
@@ -39,9 +40,14 @@ def test_cpu_kernels():
     assert "All kernel checks passed" in out
 
 
-@pytest.mark.parametrize("mode", ["plain", "ucontext", "thread", "address", "refuse"])
+@pytest.mark.parametrize("mode", ["plain", "ucontext", "thread", "address", "refuse", "ptx"])
 def test_simt_emulation(mode):
     out = _run("run_simt_tests.sh", mode)
+    if mode == "ptx":      # tests/csrc/test_ptx.cpp: plain, TSan, ASan+UBSan (mma, ldmatrix, cp.async)
+        assert out.count("All ptx tests passed: 0 failure(s)") == 3
+        assert "WARNING: ThreadSanitizer" not in out and "ERROR: AddressSanitizer" not in out
+        assert "runtime error:" not in out
+        return
     if mode == "refuse":   # blockIdx / gridDim in a task kernel do not compile (refuse_blockidx.cu)
         assert out.count("PASS refuse-") == 4
         return

@@ -1,0 +1,160 @@
+// ptx.h: tensor-core and asynchronous-copy instructions for task kernels, named after their PTX
+// (namespace mpk::ptx), so that an author maps inline asm one to one:
+//
+//   mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 d, a, b, c
+//       -> mma_m16n8k16_row_col_f32_bf16_bf16_f32(d, a, b, c)    float d[4], uint32_t a[4], b[2], float c[4]
+//   ... .m16n8k16 .f16, .m16n8k8 .bf16 / .f16 (a[2], b[1]), .m16n8k32 .e4m3 (a[4], b[2]; sm_89 and newer)
+//   ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {r0..r3}, [row]
+//       -> ldmatrix_m8n8_x4_trans_shared_b16(r, row)             uint32_t r[4], row: this lane's row address
+//   cp.async.cg.shared.global [dst], [src], 16, src_size -> cp_async_cg_shared_global<16>(dst, src, src_size)
+//   cp.async.ca.shared.global (4, 8 or 16 bytes)          -> cp_async_ca_shared_global<N>(dst, src[, src_size])
+//   cp.async.commit_group / wait_group N / wait_all       -> cp_async_commit_group(), cp_async_wait_group<N>(),
+//                                                            cp_async_wait_all()
+// (.sync.aligned is every form's: the whole warp executes it, converged, at one call site.)
+//
+//   nvcc: each is the inline asm itself, nothing more.
+//   host: the emulation runs them (runtime/simt_cpu_ptx.h: mma and ldmatrix as warp collectives
+//         moving data as the PTX ISA's fragment layouts say; runtime/simt_cpu_async.h: copies that
+//         land at a seeded moment between their commit and the wait that covers it) and names what
+//         a GPU would silently get wrong: a partial warp or lanes at different call sites, a row
+//         address not 16-byte aligned or not in shared memory, a copy's source not global or its
+//         destination not shared or either misaligned, an ldmatrix of bytes still in flight, bytes in
+//         flight written by a thread, a task that ends with copies in flight. Each message has the
+//         kernel's file:line (the host forms take the call site as default arguments).
+// docs/simt.md ("Tensor cores and asynchronous copies") says what only a GPU shows.
+#pragma once
+#include <stdint.h>
+#include "simt.h"
+
+namespace mpk {
+namespace ptx {
+
+#if defined(__CUDACC__)
+
+#define MPK_PTX_MMA_4x2(NAME, FORM)                                                                         \
+    MPK_DEVICE MPK_INLINE void NAME(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],          \
+                                    const float (&c)[4]) {                                                  \
+        asm volatile(FORM " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"                      \
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                                       \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), \
+                       "f"(c[2]), "f"(c[3]));                                                               \
+    }
+#define MPK_PTX_MMA_2x1(NAME, FORM)                                                                         \
+    MPK_DEVICE MPK_INLINE void NAME(float (&d)[4], const uint32_t (&a)[2], const uint32_t (&b)[1],          \
+                                    const float (&c)[4]) {                                                  \
+        asm volatile(FORM " {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%8,%9,%10};"                                  \
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                                       \
+                     : "r"(a[0]), "r"(a[1]), "r"(b[0]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));        \
+    }
+MPK_PTX_MMA_4x2(mma_m16n8k16_row_col_f32_bf16_bf16_f32, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32")
+MPK_PTX_MMA_4x2(mma_m16n8k16_row_col_f32_f16_f16_f32, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
+MPK_PTX_MMA_2x1(mma_m16n8k8_row_col_f32_bf16_bf16_f32, "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32")
+MPK_PTX_MMA_2x1(mma_m16n8k8_row_col_f32_f16_f16_f32, "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32")
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890
+MPK_PTX_MMA_4x2(mma_m16n8k32_row_col_f32_e4m3_e4m3_f32, "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32")
+#endif
+#undef MPK_PTX_MMA_4x2
+#undef MPK_PTX_MMA_2x1
+
+MPK_DEVICE MPK_INLINE uint32_t shared_address(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+#define MPK_PTX_LDMATRIX(NAME, FORM, N, REGS, OUTS)                                      \
+    MPK_DEVICE MPK_INLINE void NAME(uint32_t (&r)[N], const void* row) {                  \
+        asm volatile(FORM " " REGS ", [%" #N "];" : OUTS : "r"(shared_address(row)));    \
+    }
+#define MPK_LDM_OUT1 "=r"(r[0])
+#define MPK_LDM_OUT2 "=r"(r[0]), "=r"(r[1])
+#define MPK_LDM_OUT4 "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+MPK_PTX_LDMATRIX(ldmatrix_m8n8_x1_shared_b16, "ldmatrix.sync.aligned.m8n8.x1.shared.b16", 1, "{%0}", MPK_LDM_OUT1)
+MPK_PTX_LDMATRIX(ldmatrix_m8n8_x2_shared_b16, "ldmatrix.sync.aligned.m8n8.x2.shared.b16", 2, "{%0,%1}", MPK_LDM_OUT2)
+MPK_PTX_LDMATRIX(ldmatrix_m8n8_x4_shared_b16, "ldmatrix.sync.aligned.m8n8.x4.shared.b16", 4, "{%0,%1,%2,%3}",
+                 MPK_LDM_OUT4)
+MPK_PTX_LDMATRIX(ldmatrix_m8n8_x1_trans_shared_b16, "ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16", 1, "{%0}",
+                 MPK_LDM_OUT1)
+MPK_PTX_LDMATRIX(ldmatrix_m8n8_x2_trans_shared_b16, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16", 2, "{%0,%1}",
+                 MPK_LDM_OUT2)
+MPK_PTX_LDMATRIX(ldmatrix_m8n8_x4_trans_shared_b16, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", 4,
+                 "{%0,%1,%2,%3}", MPK_LDM_OUT4)
+#undef MPK_PTX_LDMATRIX
+#undef MPK_LDM_OUT1
+#undef MPK_LDM_OUT2
+#undef MPK_LDM_OUT4
+
+// "memory": the compiler must not move shared-memory accesses across the copies and the waits.
+template <int N> MPK_DEVICE MPK_INLINE void cp_async_ca_shared_global(void* dst, const void* src, uint32_t src_size = N) {
+    static_assert(N == 4 || N == 8 || N == 16, "cp.async.ca copies 4, 8 or 16 bytes");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(shared_address(dst)), "l"(src), "n"(N),
+                 "r"(src_size)
+                 : "memory");
+}
+template <int N> MPK_DEVICE MPK_INLINE void cp_async_cg_shared_global(void* dst, const void* src, uint32_t src_size = N) {
+    static_assert(N == 16, "cp.async.cg copies 16 bytes");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], %2, %3;" ::"r"(shared_address(dst)), "l"(src), "n"(N),
+                 "r"(src_size)
+                 : "memory");
+}
+MPK_DEVICE MPK_INLINE void cp_async_commit_group() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> MPK_DEVICE MPK_INLINE void cp_async_wait_group() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+MPK_DEVICE MPK_INLINE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+#else  // the host compiler: runtime/simt_cpu_ptx.h, runtime/simt_cpu_async.h
+
+#define MPK_PTX_MMA(NAME, OP, NA, NB)                                                                    \
+    inline void NAME(float (&d)[4], const uint32_t (&a)[NA], const uint32_t (&b)[NB], const float (&c)[4], \
+                     const char* file = __builtin_FILE(), int line = __builtin_LINE()) {                 \
+        using namespace ::mpk::simt::detail;                                                             \
+        matrix_op(Op::OP, MatrixLane{a, b, c, d, nullptr, nullptr}, file, line);                         \
+    }
+MPK_PTX_MMA(mma_m16n8k16_row_col_f32_bf16_bf16_f32, MmaK16Bf16, 4, 2)
+MPK_PTX_MMA(mma_m16n8k16_row_col_f32_f16_f16_f32, MmaK16F16, 4, 2)
+MPK_PTX_MMA(mma_m16n8k8_row_col_f32_bf16_bf16_f32, MmaK8Bf16, 2, 1)
+MPK_PTX_MMA(mma_m16n8k8_row_col_f32_f16_f16_f32, MmaK8F16, 2, 1)
+MPK_PTX_MMA(mma_m16n8k32_row_col_f32_e4m3_e4m3_f32, MmaK32E4m3, 4, 2)
+#undef MPK_PTX_MMA
+
+#define MPK_PTX_LDMATRIX(NAME, OP, N)                                                                        \
+    inline void NAME(uint32_t (&r)[N], const void* row, const char* file = __builtin_FILE(),                 \
+                     int line = __builtin_LINE()) {                                                          \
+        using namespace ::mpk::simt::detail;                                                                 \
+        matrix_op(Op::OP, MatrixLane{nullptr, nullptr, nullptr, nullptr, row, r}, file, line);               \
+    }
+MPK_PTX_LDMATRIX(ldmatrix_m8n8_x1_shared_b16, LdmX1, 1)
+MPK_PTX_LDMATRIX(ldmatrix_m8n8_x2_shared_b16, LdmX2, 2)
+MPK_PTX_LDMATRIX(ldmatrix_m8n8_x4_shared_b16, LdmX4, 4)
+MPK_PTX_LDMATRIX(ldmatrix_m8n8_x1_trans_shared_b16, LdmX1T, 1)
+MPK_PTX_LDMATRIX(ldmatrix_m8n8_x2_trans_shared_b16, LdmX2T, 2)
+MPK_PTX_LDMATRIX(ldmatrix_m8n8_x4_trans_shared_b16, LdmX4T, 4)
+#undef MPK_PTX_LDMATRIX
+
+template <int N>
+inline void cp_async_ca_shared_global(void* dst, const void* src, uint32_t src_size = N,
+                                      const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    static_assert(N == 4 || N == 8 || N == 16, "cp.async.ca copies 4, 8 or 16 bytes");
+    ::mpk::simt::detail::cp_async("cp.async.ca.shared.global", dst, src, N, src_size, file, line);
+}
+template <int N>
+inline void cp_async_cg_shared_global(void* dst, const void* src, uint32_t src_size = N,
+                                      const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    static_assert(N == 16, "cp.async.cg copies 16 bytes");
+    ::mpk::simt::detail::cp_async("cp.async.cg.shared.global", dst, src, N, src_size, file, line);
+}
+inline void cp_async_commit_group(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    ::mpk::simt::detail::cp_async_commit_group(file, line);
+}
+template <int N> inline void cp_async_wait_group(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    static_assert(N >= 0, "cp.async.wait_group takes a count of groups");
+    ::mpk::simt::detail::cp_async_wait_group(N, file, line);
+}
+// cp.async.wait_all is cp.async.commit_group then cp.async.wait_group 0 (the PTX ISA).
+inline void cp_async_wait_all(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    ::mpk::simt::detail::cp_async_commit_group(file, line);
+    ::mpk::simt::detail::cp_async_wait_group(0, file, line);
+}
+
+#endif
+
+}  // namespace ptx
+}  // namespace mpk

@@ -1,0 +1,268 @@
+// simt_cpu_async.h: cp.async on the CPU (runtime/ptx.h names the instructions): copies from global
+// to shared memory that really are asynchronous, their groups, and the checks no GPU tool has.
+// Part of runtime/simt_cpu.h (docs/simt.md, "Asynchronous copies").
+//
+// A copy is issued by one thread: its destination bytes are filled with the in-flight poison (0xFF,
+// NaN in every float dtype) and marked in flight in a shadow (one flag per 4-byte word of shared
+// memory). cp.async.commit_group closes the thread's open copies into its next group; a group lands
+// (the source is read, the destination written, zero-filled past src-size, the flags cleared) at a
+// moment the block's seed draws between its commit and the cp.async.wait_group that covers it:
+//   mode 0, "at commit": every group lands as it is committed;
+//   mode 1, "at the wait": no group lands before the wait that covers it;
+//   mode 2, "on the way": at each blocking point of its thread (a barrier, a warp collective, a
+//           __nanosleep) each of its committed groups lands with probability 1/2, the rest at the wait.
+// So a kernel that reads a tile before its wait sees the poison under mode 1 and the data under
+// mode 0: its result depends on the seed, which the tests' several seeds show.
+// Named errors (mpk::simt::Error, with the call sites): a destination outside shared memory, a
+// source in shared memory or on the thread's stack, a misaligned address, src-size > cp-size, a copy
+// onto bytes still in flight; an ldmatrix row over bytes in flight (simt_cpu_ptx.h); bytes in flight
+// written by a thread (found when the copy lands: they no longer hold the poison); a thread that
+// ends its task or exits with copies in flight.
+// What cannot be named is a plain C++ load of bytes in flight (it is not instrumented): it reads
+// the poison on the seeds that land late, so the result is wrong there (docs/simt.md).
+#pragma once
+#if defined(__CUDACC__)
+#error "runtime/simt_cpu_async.h is part of the host compiler's CUDA emulation (runtime/simt_cpu.h)"
+#endif
+#include <stdint.h>
+#include <string.h>
+#include <string>
+#include <vector>
+#include "simt_cpu_sync.h"
+#include "simt_cpu_tls.h"
+
+namespace mpk {
+namespace simt {
+#pragma GCC visibility push(hidden)  // module-local: direct calls, no PLT, under -fPIC
+namespace detail {
+
+constexpr unsigned char kInFlight = 0xFF;     // what a destination holds until its copy lands
+constexpr uint32_t kOpen = 0xFFFFFFFFu;       // the group of a copy not yet committed
+
+struct AsyncCopy {
+    char* dst;
+    const char* src;
+    uint32_t bytes, src_bytes;  // cp-size, src-size (the rest of dst is zero-filled)
+    uint32_t group;             // the thread's group number, kOpen until committed
+    const char* file;           // where it was issued
+    int line;
+    const char* form;           // "cp.async.cg.shared.global"
+};
+struct AsyncThread {
+    std::vector<AsyncCopy> copies;  // in flight, in issue order
+    uint32_t committed = 0;         // groups committed so far
+};
+struct Async {
+    bool ready = false;             // set up for the running block (run() clears it: async_reset)
+    std::vector<AsyncThread> threads;
+    std::vector<uint8_t> dyn;       // in-flight flag per 4-byte word of the dynamic shared memory
+    std::vector<uint8_t> stat;      // ... of the static __shared__ arrays (this module's TLS block)
+    int mode = 0;                   // 0 at commit, 1 at the wait, 2 on the way (above)
+    uint64_t rng = 1;
+};
+inline void async_free(Async* a) { delete a; }
+
+// The block's copy state, set up by its first cp.async instruction. The mode comes from the
+// block's schedule stream drawn once more (the stream itself is untouched).
+inline Async& async_of(Sched& s) {
+    if (!s.async) s.async = new Async;
+    Async& a = *s.async;
+    if (!a.ready) {
+        a.ready = true;
+        a.threads.assign(size_t(s.nthreads), AsyncThread{});
+        a.dyn.assign(s.smem_bytes / 4 + 1, 0);
+        a.stat.clear();
+        a.rng = ::mpk::splitmix64(s.rng ^ 0x9E3779B97F4A7C15ull) | 1;
+        a.mode = int((a.rng >> 33) % 3);
+    }
+    return a;
+}
+// A new block: run() calls it before the first fiber runs.
+inline void async_reset(Sched& s) {
+    s.async_pending = 0;
+    if (s.async) s.async->ready = false;
+}
+
+// The in-flight flag of the 4-byte word at p, or null when p is not in the block's shared memory.
+inline uint8_t* in_flight_flag(Sched& s, Async& a, const void* p) {
+    const char* c = static_cast<const char*>(p);
+    if (s.smem && c >= s.smem && c < s.smem + s.smem_bytes) return &a.dyn[size_t(c - s.smem) / 4];
+    if (__builtin_expect(!s.tls_lo, 0)) find_tls_block(s);
+    const bool in_tls = c >= s.tls_lo && c < s.tls_hi && !(c >= s.tls_skip_lo && c < s.tls_skip_hi);
+    if (!in_tls) return nullptr;
+    if (a.stat.empty()) a.stat.assign(size_t(s.tls_hi - s.tls_lo) / 4 + 1, 0);
+    return &a.stat[size_t(c - s.tls_lo) / 4];
+}
+// [p, p + n) lies in one shared-memory region (dynamic, or static less the emulation's own state).
+inline bool in_shared(Sched& s, const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    if (s.smem && c >= s.smem && n <= s.smem_bytes && c <= s.smem + s.smem_bytes - n) return true;
+    if (__builtin_expect(!s.tls_lo, 0)) find_tls_block(s);
+    const bool lo = c >= s.tls_lo && c + n <= s.tls_skip_lo, hi = c >= s.tls_skip_hi && c + n <= s.tls_hi;
+    return n && (lo || hi);
+}
+inline std::string ptr_text(const void* p) {
+    char b[32];
+    snprintf(b, sizeof b, "%p", p);
+    return b;
+}
+inline std::string shared_text(const Sched& s) {
+    return "the block's dynamic shared memory is [" + ptr_text(s.smem) + ", " + ptr_text(s.smem + s.smem_bytes) + ")";
+}
+inline std::string copy_text(const AsyncCopy& c, int thread) {
+    return std::string(c.form) + " " + std::to_string(c.bytes) + " bytes at " + site(c.file, c.line) + " by threadIdx.x " +
+           std::to_string(thread) +
+           (c.group == kOpen ? " (not committed)" : " (group " + std::to_string(c.group) + ")");
+}
+// The copy in flight (of any thread) that writes the 4-byte word at p; null if none.
+inline const AsyncCopy* copy_over(Sched& s, const void* p, int* thread) {
+    const char* c = static_cast<const char*>(p);
+    for (size_t t = 0; t < s.async->threads.size(); ++t)
+        for (const AsyncCopy& k : s.async->threads[t].copies)
+            if (c + 4 > k.dst && c < k.dst + k.bytes) {
+                *thread = int(t);
+                return &k;
+            }
+    return nullptr;
+}
+// The copy in flight over any of [p, p + n) (shared memory), or null.
+inline const AsyncCopy* in_flight(Sched& s, const void* p, size_t n, int* thread) {
+    if (!s.async_pending) return nullptr;
+    Async& a = *s.async;
+    const char* c = static_cast<const char*>(p);
+    for (const char* w = c - (uintptr_t(c) & 3); w < c + n; w += 4) {
+        const uint8_t* f = in_flight_flag(s, a, w);
+        if (f && *f) return copy_over(s, w, thread);
+    }
+    return nullptr;
+}
+
+inline void set_flags(Sched& s, Async& a, const char* p, size_t n, uint8_t v) {
+    for (const char* w = p; w < p + n; w += 4) *in_flight_flag(s, a, w) = v;
+}
+
+// The copy lands: its destination must still hold the poison (a thread wrote it otherwise).
+inline void land(Sched& s, Async& a, int thread, const AsyncCopy& c) {
+    set_flags(s, a, c.dst, c.bytes, 0);
+    --s.async_pending;
+    for (uint32_t i = 0; i < c.bytes; ++i)
+        if (uint8_t(c.dst[i]) != kInFlight)
+            fail(s, "shared memory [" + ptr_text(c.dst) + ", " + ptr_text(c.dst + c.bytes) + ") of " +
+                        copy_text(c, thread) + " was written while the copy was in flight (seen as it landed: byte " +
+                        std::to_string(i) + " no longer holds the in-flight poison); wait for its group first");
+    memcpy(c.dst, c.src, c.src_bytes);
+    memset(c.dst + c.src_bytes, 0, c.bytes - c.src_bytes);
+}
+// Lands the copies of `thread` whose group satisfies keep(group) == false, in issue order.
+template <class Keep> inline void land_where(Sched& s, int thread, Keep keep) {
+    Async& a = *s.async;
+    std::vector<AsyncCopy>& v = a.threads[size_t(thread)].copies;
+    size_t out = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (keep(v[i].group)) {
+            v[out++] = v[i];
+        } else {
+            const AsyncCopy c = v[i];
+            land(s, a, thread, c);
+        }
+    }
+    v.resize(out);
+}
+
+// ---- the instructions (runtime/ptx.h)
+
+inline void cp_async(const char* form, void* dst, const void* src, uint32_t cp_size, uint32_t src_size,
+                     const char* file, int line) {
+    Sched* sp = tl.s;
+    if (!sp || sp->cur == &sp->main) outside(form);
+    Sched& s = *sp;
+    Fiber* self = s.cur;
+    TsanIgnore ignore;
+    const int t = int(self->tid.x);
+    auto where = [&] { return std::string(form) + " at " + site(file, line) + " by " + thread_name(self); };
+    const char* d = static_cast<const char*>(dst);
+    const char* sr = static_cast<const char*>(src);
+    if (!in_shared(s, dst, cp_size))
+        fail(s, where() + ": the destination [" + ptr_text(d) + ", " + ptr_text(d + cp_size) +
+                    ") is not in shared memory (" + shared_text(s) + ")");
+    if (in_shared(s, src, 1) || (sr >= self->stack_lo && sr < self->stack_lo + self->stack_size))
+        fail(s, where() + ": the source " + ptr_text(sr) + " is not in global memory (it is in " +
+                    (in_shared(s, src, 1) ? "shared memory" : "the thread's local memory, its stack") + ")");
+    if (uintptr_t(d) % cp_size || uintptr_t(sr) % cp_size)
+        fail(s, where() + ": " + (uintptr_t(d) % cp_size ? "the destination " + ptr_text(d) : "the source " + ptr_text(sr)) +
+                    " is not aligned to the copy's " + std::to_string(cp_size) + " bytes");
+    if (src_size > cp_size)
+        fail(s, where() + ": src-size " + std::to_string(src_size) + " exceeds cp-size " + std::to_string(cp_size));
+    Async& a = async_of(s);
+    int other = -1;
+    if (const AsyncCopy* o = in_flight(s, d, cp_size, &other))
+        fail(s, where() + ": the destination [" + ptr_text(d) + ", " + ptr_text(d + cp_size) +
+                    ") overlaps bytes still in flight from " + copy_text(*o, other));
+    memset(dst, kInFlight, cp_size);
+    set_flags(s, a, d, cp_size, 1);
+    a.threads[size_t(t)].copies.push_back(AsyncCopy{const_cast<char*>(d), sr, cp_size, src_size, kOpen, file, line, form});
+    ++s.async_pending;
+}
+
+inline void cp_async_commit_group(const char* file, int line) {
+    Sched* sp = tl.s;
+    if (!sp || sp->cur == &sp->main) outside("cp.async.commit_group");
+    Sched& s = *sp;
+    TsanIgnore ignore;
+    (void)file;
+    (void)line;
+    Async& a = async_of(s);  // an empty group counts too (wait_group's n counts groups)
+    AsyncThread& th = a.threads[s.cur->tid.x];
+    const uint32_t g = th.committed++;
+    for (AsyncCopy& c : th.copies)
+        if (c.group == kOpen) c.group = g;
+    if (a.mode == 0) land_where(s, int(s.cur->tid.x), [&](uint32_t grp) { return grp != g; });
+}
+
+// Every committed group of the thread but the n most recent has landed when it returns.
+inline void cp_async_wait_group(int n, const char* file, int line) {
+    Sched* sp = tl.s;
+    if (!sp || sp->cur == &sp->main) outside("cp.async.wait_group");
+    Sched& s = *sp;
+    TsanIgnore ignore;
+    (void)file;
+    (void)line;
+    if (!s.async_pending) return;
+    Async& a = *s.async;
+    const uint32_t committed = a.threads[s.cur->tid.x].committed;
+    land_where(s, int(s.cur->tid.x), [&](uint32_t g) { return g == kOpen || g + uint32_t(n) >= committed; });
+}
+
+// At a blocking point of `self` (block(), simt_cpu_sched.h), in mode 2: each committed group lands by a draw.
+inline void async_tick(Sched& s, Fiber* self) {
+    if (self == &s.main) return;
+    Async& a = *s.async;
+    if (a.mode != 2) return;
+    AsyncThread& th = a.threads[self->tid.x];
+    if (th.copies.empty()) return;
+    uint32_t lands = 0;  // bit g % 32: group g lands now (the groups in flight are fewer than 32 apart)
+    for (const AsyncCopy& c : th.copies) {
+        if (c.group == kOpen) continue;
+        a.rng ^= a.rng << 13;
+        a.rng ^= a.rng >> 7;
+        a.rng ^= a.rng << 17;
+        if (a.rng & 1) lands |= 1u << (c.group % 32);
+    }
+    if (lands) land_where(s, int(self->tid.x), [&](uint32_t g) { return g == kOpen || !((lands >> (g % 32)) & 1); });
+}
+
+// The thread's task ended (the executor's run_task) or the thread is exiting: nothing may be in flight.
+inline void async_thread_done(Sched& s, Fiber* self, const char* what) {
+    TsanIgnore ignore;
+    const std::vector<AsyncCopy>& v = s.async->threads[self->tid.x].copies;
+    if (v.empty()) return;
+    throw Error(thread_name(self) + " " + what + " with " + std::to_string(v.size()) + " cp.async cop" +
+                (v.size() == 1 ? "y" : "ies") + " in flight, the first " + copy_text(v[0], int(self->tid.x)) +
+                ": a cp.async.wait_group / wait_all must cover every group before the task ends");
+}
+inline void async_thread_done(Sched& s, Fiber* self) { async_thread_done(s, self, "exits"); }
+
+}  // namespace detail
+#pragma GCC visibility pop
+}  // namespace simt
+}  // namespace mpk

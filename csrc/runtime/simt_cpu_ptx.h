@@ -1,0 +1,141 @@
+// simt_cpu_ptx.h: mma.sync and ldmatrix on the CPU (runtime/ptx.h names the instructions). Each is
+// a warp collective of the emulation: the 32 lanes rendezvous at one call site, as for a shuffle
+// (a partial warp, an exited lane or lanes at different call sites is the collectives' named error),
+// and the last lane to arrive moves the data for all of them exactly as the PTX ISA's fragment
+// layouts say. Part of runtime/simt_cpu.h (docs/simt.md, "Tensor cores").
+//
+// Fragments (g = lane >> 2, t = lane % 4; element i of a fragment counts its registers' elements
+// low to high; the conformance test, tests/csrc/test_ptx.cpp, writes the ISA's own formulas):
+//   A, m16n8k16 16-bit: row g + 8 ((i >> 1) & 1), col 2t + (i & 1) + 8 (i >> 2)     (8 elements)
+//   A, m16n8k8 16-bit:  row g + 8 (i >> 1),       col 2t + (i & 1)                  (4)
+//   A, m16n8k32 e4m3:   row g + 8 ((i >> 2) & 1), col 4t + (i & 3) + 16 (i >> 3)    (16)
+//   B (col-major K x 8): k 2t + (i & 1) + 8 (i >> 1) | 2t + i | 4t + (i & 3) + 16 (i >> 2); n = g
+//   C, D (16 x 8 f32):  row g + 8 (i >> 1),       col 2t + (i & 1)                  (4)
+//   ldmatrix .m8n8 .b16: matrix j's row r is at the address of lane 8j + r; lane l's register j holds
+//   row l >> 2, columns 2t and 2t + 1 of matrix j (.trans: of its transpose), the lower column low.
+// Arithmetic: products of the inputs are exact in fp32; D = C + the products summed in fp32 in
+// increasing k, rounded to nearest. A GPU's tensor core adds in an unspecified order and precision
+// (truncating on some): kernels' budgets hold for any order (docs/simt.md).
+#pragma once
+#if defined(__CUDACC__)
+#error "runtime/simt_cpu_ptx.h is part of the host compiler's CUDA emulation (runtime/simt_cpu.h)"
+#endif
+#include <stdint.h>
+#include <string>
+#include "dtypes.h"
+#include "simt_cpu_async.h"
+#include "simt_cpu_sync.h"
+
+namespace mpk {
+namespace simt {
+#pragma GCC visibility push(hidden)  // module-local: direct calls, no PLT, under -fPIC
+namespace detail {
+
+// What a lane brings to an mma or an ldmatrix (Fiber::in points at it, on the lane's stack).
+struct MatrixLane {
+    const uint32_t* a;  // mma: the fragments
+    const uint32_t* b;
+    const float* c;
+    float* d;
+    const void* row;    // ldmatrix: the row address this lane gives, and its destination registers
+    uint32_t* r;
+};
+inline const MatrixLane& lane_args(const Fiber* lanes, int l) {
+    return *reinterpret_cast<const MatrixLane*>(uintptr_t(lanes[l].in));
+}
+
+// Element i (low to high) of a fragment whose registers hold `per` elements each.
+inline uint32_t element_bits(const uint32_t* regs, int i, int per) {
+    const int bits = 32 / per;
+    return (regs[i / per] >> (bits * (i % per))) & ((bits == 32 ? 0u : 1u << bits) - 1u);
+}
+inline float element_value(Op op, uint32_t bits) {
+    switch (op) {
+    case Op::MmaK16Bf16: case Op::MmaK8Bf16: return to_float(bf16_t{uint16_t(bits)});
+    case Op::MmaK16F16: case Op::MmaK8F16: return to_float(fp16_t{uint16_t(bits)});
+    default: return to_float(fp8_e4m3_t{uint8_t(bits)});
+    }
+}
+
+// D = A B + C for one warp: A 16 x K row-major, B K x 8 column-major, C and D 16 x 8 fp32.
+template <int K> inline void mma_complete(Fiber* lanes, Op op) {
+    constexpr int per = K == 32 ? 4 : 2;  // elements per register: e4m3 4, bf16 / f16 2
+    float A[16][K], B[K][8], D[16][8];
+    for (int l = 0; l < 32; ++l) {
+        const MatrixLane& x = lane_args(lanes, l);
+        const int g = l >> 2, t = l & 3;
+        for (int i = 0; i < K / 2; ++i) {
+            const int row = K == 16 ? g + 8 * ((i >> 1) & 1) : K == 8 ? g + 8 * (i >> 1) : g + 8 * ((i >> 2) & 1);
+            const int col = K == 16 ? 2 * t + (i & 1) + 8 * (i >> 2) : K == 8 ? 2 * t + (i & 1)
+                                                                               : 4 * t + (i & 3) + 16 * (i >> 3);
+            A[row][col] = element_value(op, element_bits(x.a, i, per));
+        }
+        for (int i = 0; i < K / 4; ++i) {
+            const int k = K == 16 ? 2 * t + (i & 1) + 8 * (i >> 1) : K == 8 ? 2 * t + i : 4 * t + (i & 3) + 16 * (i >> 2);
+            B[k][g] = element_value(op, element_bits(x.b, i, per));
+        }
+        for (int i = 0; i < 4; ++i) D[g + 8 * (i >> 1)][2 * t + (i & 1)] = x.c[i];
+    }
+    for (int m = 0; m < 16; ++m)
+        for (int n = 0; n < 8; ++n) {
+            float acc = D[m][n];
+            for (int k = 0; k < K; ++k) acc += A[m][k] * B[k][n];
+            D[m][n] = acc;
+        }
+    for (int l = 0; l < 32; ++l) {  // every lane's C read above: d may alias c
+        float* d = lane_args(lanes, l).d;
+        for (int i = 0; i < 4; ++i) d[i] = D[(l >> 2) + 8 * (i >> 1)][2 * (l & 3) + (i & 1)];
+    }
+}
+
+inline void ldmatrix_complete(Sched& s, Fiber* lanes, Op op) {
+    const int n = op == Op::LdmX1 || op == Op::LdmX1T ? 1 : op == Op::LdmX2 || op == Op::LdmX2T ? 2 : 4;
+    const bool trans = op == Op::LdmX1T || op == Op::LdmX2T || op == Op::LdmX4T;
+    const Fiber& f0 = lanes[0];
+    for (int l = 0; l < 8 * n; ++l) {  // the lanes whose row addresses this form uses
+        const char* p = static_cast<const char*>(lane_args(lanes, l).row);
+        auto where = [&] {
+            return std::string(op_name(op)) + " at " + site(f0.file, f0.line) + ": row " + std::to_string(l % 8) +
+                   " of matrix " + std::to_string(l / 8) + ", the address " + ptr_text(p) + " of lane " + std::to_string(l);
+        };
+        if (uintptr_t(p) % 16) fail(s, where() + ", is not 16-byte aligned");
+        if (!in_shared(s, p, 16)) fail(s, where() + ", is not in shared memory (" + shared_text(s) + ")");
+        int thread = -1;
+        if (const AsyncCopy* c = in_flight(s, p, 16, &thread))
+            fail(s, where() + ", reads bytes that " + copy_text(*c, thread) +
+                        " will still write: its group has not been waited for (cp.async.wait_group)");
+    }
+    for (int l = 0; l < 32; ++l) {
+        const int g = l >> 2, t = l & 3;
+        uint32_t* r = lane_args(lanes, l).r;
+        for (int j = 0; j < n; ++j) {
+            uint32_t v = 0;
+            for (int e = 0; e < 2; ++e) {
+                const int row = trans ? 2 * t + e : g, col = trans ? g : 2 * t + e;
+                uint16_t h;
+                memcpy(&h, static_cast<const char*>(lane_args(lanes, 8 * j + row).row) + 2 * col, 2);
+                v |= uint32_t(h) << (16 * e);
+            }
+            r[j] = v;
+        }
+    }
+}
+
+inline void matrix_complete(Sched& s, Fiber* lanes, Op op) {
+    switch (op) {
+    case Op::MmaK16Bf16: case Op::MmaK16F16: mma_complete<16>(lanes, op); break;
+    case Op::MmaK8Bf16: case Op::MmaK8F16: mma_complete<8>(lanes, op); break;
+    case Op::MmaK32E4m3: mma_complete<32>(lanes, op); break;
+    default: ldmatrix_complete(s, lanes, op); break;
+    }
+}
+
+// The calling lane's part of an mma or ldmatrix; returns when the warp's instruction completed.
+inline void matrix_op(Op op, const MatrixLane& args, const char* file, int line) {
+    collective(op, 0xFFFFFFFFu, uint64_t(uintptr_t(&args)), 0, 32, file, line);
+}
+
+}  // namespace detail
+#pragma GCC visibility pop
+}  // namespace simt
+}  // namespace mpk
