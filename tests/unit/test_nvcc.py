@@ -181,3 +181,39 @@ def test_task_kernel_reading_block_index_is_refused(tmp_path, read, name, line):
     assert f"at line {line} of {root}/{src}" in text, text[-3000:]
     good = compile_with(0)
     assert good.returncode == 0, f"the control did not compile:\n{good.stderr[-3000:]}"
+
+
+# Each wrapper of csrc/runtime/ptx.h and the PTX instruction it must be (tests/csrc/ptx_probe.cu calls them
+# all).
+PTX_FORMS = ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+             "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+             "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32",
+             "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32",
+             "ldmatrix.sync.aligned.m8n8.x1.shared.b16", "ldmatrix.sync.aligned.m8n8.x2.shared.b16",
+             "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16",
+             "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16",
+             "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
+             "cp.async.cg.shared.global", "cp.async.ca.shared.global", "cp.async.commit_group",
+             "cp.async.wait_group", "cp.async.wait_all"]
+E4M3 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
+
+
+@pytest.mark.parametrize("arch", every_variant.ARCHS)
+def test_ptx_wrappers_are_the_instructions(tmp_path, arch):
+    """Under nvcc each wrapper of runtime/ptx.h is its inline asm and nothing more: every form appears in
+    the PTX of a kernel that calls them all (e4m3 from sm_89), which ptxas builds without spills."""
+    if arch not in every_variant.supported_archs():
+        pytest.skip(f"this nvcc cannot build {arch}")
+    src = str(tmp_path / "ptx_probe.cu")       # nvcc_ptxas writes its fatbin beside the source
+    shutil.copy(os.path.join(os.path.dirname(os.path.dirname(__file__)), "csrc", "ptx_probe.cu"), src)
+    ptx = tmp_path / f"ptx_probe.{arch}.ptx"
+    subprocess.run([NVCC, "-std=c++17", "-ptx", f"-arch={arch}", "-I", build.csrc_dir(), src, "-o",
+                    str(ptx)], check=True, timeout=300)
+    text = ptx.read_text()
+    forms = PTX_FORMS + ([E4M3] if arch != "sm_80" else [])
+    missing = [f for f in forms if f not in text]
+    assert missing == [], f"{arch}: not in the PTX: {missing}"
+    report = every_variant.ptxas_report(every_variant.nvcc_ptxas(src, arch, []))["ptx_probe"]
+    print(f"NVCC {arch} ptx_probe: {len(forms)} forms in the PTX, {report['registers']} registers, "
+          f"{report['spill_stores']}/{report['spill_loads']} B spills")
+    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report

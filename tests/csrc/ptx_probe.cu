@@ -1,0 +1,33 @@
+// ptx_probe.cu: every wrapper of csrc/runtime/ptx.h in one kernel, for nvcc (tests/unit/test_nvcc.py:
+// test_ptx_wrappers_are_the_instructions builds it for each architecture and finds each PTX instruction
+// in the PTX nvcc wrote, with no spills). m16n8k32 e4m3 needs sm_89 or newer.
+#include "runtime/ptx.h"
+extern "C" __global__ void ptx_probe(float* out, const uint16_t* g) {
+    __shared__ __align__(16) uint16_t s[4096];
+    using namespace mpk::ptx;
+    const int l = threadIdx.x;
+    cp_async_cg_shared_global<16>(s + l * 8, g + l * 8);
+    cp_async_ca_shared_global<8>(s + 1024 + l * 4, g + l * 4, 4);
+    cp_async_ca_shared_global<4>(s + 2048 + l * 2, g + l * 2);
+    cp_async_commit_group();
+    cp_async_wait_group<0>();
+    cp_async_wait_all();
+    __syncthreads();
+    uint32_t a[4], b[2], r1[1], r2[2];
+    ldmatrix_m8n8_x4_shared_b16(a, s + (l % 16) * 8);
+    ldmatrix_m8n8_x2_trans_shared_b16(b, s + 256 + (l % 16) * 8);
+    ldmatrix_m8n8_x1_shared_b16(r1, s + 512 + (l % 8) * 8);
+    ldmatrix_m8n8_x2_shared_b16(r2, s + 768 + (l % 16) * 8);
+    ldmatrix_m8n8_x4_trans_shared_b16(a, s + 1024 + (l % 32) * 8);
+    ldmatrix_m8n8_x1_trans_shared_b16(r1, s + 1536 + (l % 8) * 8);
+    float c[4] = {0, 0, 0, 0}, d[4];
+    mma_m16n8k16_row_col_f32_bf16_bf16_f32(d, a, b, c);
+    mma_m16n8k16_row_col_f32_f16_f16_f32(c, a, b, d);
+    const uint32_t a2[2] = {a[0], r2[1]}, b1[1] = {r1[0]};
+    mma_m16n8k8_row_col_f32_bf16_bf16_f32(d, a2, b1, c);
+    mma_m16n8k8_row_col_f32_f16_f16_f32(c, a2, b1, d);
+#if __CUDA_ARCH__ >= 890
+    mma_m16n8k32_row_col_f32_e4m3_e4m3_f32(d, a, b, c);
+#endif
+    for (int i = 0; i < 4; ++i) out[l * 4 + i] = d[i] + c[i];
+}
