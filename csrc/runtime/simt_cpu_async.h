@@ -125,31 +125,38 @@ inline const AsyncCopy* copy_over(Sched& s, const void* p, int* thread) {
             }
     return nullptr;
 }
-// The copy in flight over any of [p, p + n) (shared memory), or null.
+// The copy in flight over any of [p, p + n) (which lies in one shared-memory region), or null.
 inline const AsyncCopy* in_flight(Sched& s, const void* p, size_t n, int* thread) {
     if (!s.async_pending) return nullptr;
-    Async& a = *s.async;
     const char* c = static_cast<const char*>(p);
-    for (const char* w = c - (uintptr_t(c) & 3); w < c + n; w += 4) {
-        const uint8_t* f = in_flight_flag(s, a, w);
-        if (f && *f) return copy_over(s, w, thread);
-    }
+    const char* w0 = c - (uintptr_t(c) & 3);
+    const uint8_t* f = in_flight_flag(s, *s.async, w0);
+    if (!f) return nullptr;
+    for (size_t i = 0; w0 + 4 * i < c + n; ++i)
+        if (f[i]) return copy_over(s, w0 + 4 * i, thread);
     return nullptr;
 }
 
+// [p, p + n): 4-byte aligned, in one shared-memory region (cp.async's destinations are).
 inline void set_flags(Sched& s, Async& a, const char* p, size_t n, uint8_t v) {
-    for (const char* w = p; w < p + n; w += 4) *in_flight_flag(s, a, w) = v;
+    memset(in_flight_flag(s, a, p), v, n / 4);
 }
 
 // The copy lands: its destination must still hold the poison (a thread wrote it otherwise).
 inline void land(Sched& s, Async& a, int thread, const AsyncCopy& c) {
     set_flags(s, a, c.dst, c.bytes, 0);
     --s.async_pending;
-    for (uint32_t i = 0; i < c.bytes; ++i)
-        if (uint8_t(c.dst[i]) != kInFlight)
-            fail(s, "shared memory [" + ptr_text(c.dst) + ", " + ptr_text(c.dst + c.bytes) + ") of " +
-                        copy_text(c, thread) + " was written while the copy was in flight (seen as it landed: byte " +
-                        std::to_string(i) + " no longer holds the in-flight poison); wait for its group first");
+    uint64_t q[2] = {0, 0};
+    memcpy(q, c.dst, c.bytes);  // 4, 8 or 16 bytes
+    const uint64_t all = ~uint64_t(0) >> (c.bytes >= 8 ? 0 : 32), hi = c.bytes == 16 ? ~uint64_t(0) : 0;
+    static_assert(kInFlight == 0xFF, "the check below compares words with all ones");
+    if (q[0] != all || q[1] != hi)
+        for (uint32_t i = 0; i < c.bytes; ++i)
+            if (uint8_t(c.dst[i]) != kInFlight)
+                fail(s, "shared memory [" + ptr_text(c.dst) + ", " + ptr_text(c.dst + c.bytes) + ") of " +
+                            copy_text(c, thread) + " was written while the copy was in flight (seen as it landed: " +
+                            "byte " + std::to_string(i) + " no longer holds the in-flight poison); wait for its group "
+                            "first");
     memcpy(c.dst, c.src, c.src_bytes);
     memset(c.dst + c.src_bytes, 0, c.bytes - c.src_bytes);
 }

@@ -44,23 +44,16 @@ inline const MatrixLane& lane_args(const Fiber* lanes, int l) {
     return *reinterpret_cast<const MatrixLane*>(uintptr_t(lanes[l].in));
 }
 
-// Element i (low to high) of a fragment whose registers hold `per` elements each.
-inline uint32_t element_bits(const uint32_t* regs, int i, int per) {
-    const int bits = 32 / per;
-    return (regs[i / per] >> (bits * (i % per))) & ((bits == 32 ? 0u : 1u << bits) - 1u);
-}
-inline float element_value(Op op, uint32_t bits) {
-    switch (op) {
-    case Op::MmaK16Bf16: case Op::MmaK8Bf16: return to_float(bf16_t{uint16_t(bits)});
-    case Op::MmaK16F16: case Op::MmaK8F16: return to_float(fp16_t{uint16_t(bits)});
-    default: return to_float(fp8_e4m3_t{uint8_t(bits)});
-    }
-}
+// The element types' decodings (exact in fp32).
+struct DecBf16 { static float at(uint32_t b) { return bits_float(b << 16); } };
+struct DecF16 { static float at(uint32_t b) { return to_float(fp16_t{uint16_t(b)}); } };
+struct DecE4m3 { static float at(uint32_t b) { return to_float(fp8_e4m3_t{uint8_t(b)}); } };
 
-// D = A B + C for one warp: A 16 x K row-major, B K x 8 column-major, C and D 16 x 8 fp32.
-template <int K> inline void mma_complete(Fiber* lanes, Op op) {
-    constexpr int per = K == 32 ? 4 : 2;  // elements per register: e4m3 4, bf16 / f16 2
-    float A[16][K], B[K][8], D[16][8];
+// Every lane's fragments into A (16 x K, row-major), B (K x 8) and D (C, 16 x 8), by the layouts above.
+// Element i of a fragment is element i % per of register i / per (low bits first).
+template <int K, class Dec> inline void gather(const Fiber* lanes, float (&A)[16][K], float (&B)[K][8], float (&D)[16][8]) {
+    constexpr int per = K == 32 ? 4 : 2, bits = 32 / per;
+    constexpr uint32_t mask = (1u << bits) - 1u;
     for (int l = 0; l < 32; ++l) {
         const MatrixLane& x = lane_args(lanes, l);
         const int g = l >> 2, t = l & 3;
@@ -68,23 +61,34 @@ template <int K> inline void mma_complete(Fiber* lanes, Op op) {
             const int row = K == 16 ? g + 8 * ((i >> 1) & 1) : K == 8 ? g + 8 * (i >> 1) : g + 8 * ((i >> 2) & 1);
             const int col = K == 16 ? 2 * t + (i & 1) + 8 * (i >> 2) : K == 8 ? 2 * t + (i & 1)
                                                                                : 4 * t + (i & 3) + 16 * (i >> 3);
-            A[row][col] = element_value(op, element_bits(x.a, i, per));
+            A[row][col] = Dec::at((x.a[i / per] >> (bits * (i % per))) & mask);
         }
         for (int i = 0; i < K / 4; ++i) {
             const int k = K == 16 ? 2 * t + (i & 1) + 8 * (i >> 1) : K == 8 ? 2 * t + i : 4 * t + (i & 3) + 16 * (i >> 2);
-            B[k][g] = element_value(op, element_bits(x.b, i, per));
+            B[k][g] = Dec::at((x.b[i / per] >> (bits * (i % per))) & mask);
         }
         for (int i = 0; i < 4; ++i) D[g + 8 * (i >> 1)][2 * t + (i & 1)] = x.c[i];
     }
+}
+
+// D = A B + C for one warp: A 16 x K row-major, B K x 8 column-major, C and D 16 x 8 fp32. Each
+// element of D adds its K products to C one by one in increasing k (the loop over n innermost, so the
+// compiler runs 8 outputs per vector instruction in that same order).
+template <int K, class Dec> inline void mma_complete(Fiber* lanes) {
+    float A[16][K], B[K][8], D[16][8];
+    gather<K, Dec>(lanes, A, B, D);
     for (int m = 0; m < 16; ++m)
-        for (int n = 0; n < 8; ++n) {
-            float acc = D[m][n];
-            for (int k = 0; k < K; ++k) acc += A[m][k] * B[k][n];
-            D[m][n] = acc;
+        for (int k = 0; k < K; ++k) {
+            const float a = A[m][k];
+            for (int n = 0; n < 8; ++n) D[m][n] += a * B[k][n];
         }
     for (int l = 0; l < 32; ++l) {  // every lane's C read above: d may alias c
         float* d = lane_args(lanes, l).d;
-        for (int i = 0; i < 4; ++i) d[i] = D[(l >> 2) + 8 * (i >> 1)][2 * (l & 3) + (i & 1)];
+        const int g = l >> 2, t = l & 3;
+        d[0] = D[g][2 * t];
+        d[1] = D[g][2 * t + 1];
+        d[2] = D[g + 8][2 * t];
+        d[3] = D[g + 8][2 * t + 1];
     }
 }
 
@@ -123,9 +127,11 @@ inline void ldmatrix_complete(Sched& s, Fiber* lanes, Op op) {
 
 inline void matrix_complete(Sched& s, Fiber* lanes, Op op) {
     switch (op) {
-    case Op::MmaK16Bf16: case Op::MmaK16F16: mma_complete<16>(lanes, op); break;
-    case Op::MmaK8Bf16: case Op::MmaK8F16: mma_complete<8>(lanes, op); break;
-    case Op::MmaK32E4m3: mma_complete<32>(lanes, op); break;
+    case Op::MmaK16Bf16: mma_complete<16, DecBf16>(lanes); break;
+    case Op::MmaK16F16: mma_complete<16, DecF16>(lanes); break;
+    case Op::MmaK8Bf16: mma_complete<8, DecBf16>(lanes); break;
+    case Op::MmaK8F16: mma_complete<8, DecF16>(lanes); break;
+    case Op::MmaK32E4m3: mma_complete<32, DecE4m3>(lanes); break;
     default: ldmatrix_complete(s, lanes, op); break;
     }
 }
