@@ -42,7 +42,9 @@
 //       and splits), tests/runtime_python/linear/ and tests/runtime_python/test_mode/test_qwen3_mlp.py
 // Run:  bash tests/csrc/run_kernel_tests.sh test_kernels_linear
 #pragma once
+#include <type_traits>
 #include "common.cuh"
+#include "mma_linear.cuh"
 
 namespace mpk {
 
@@ -178,11 +180,20 @@ template <typename T> MPK_DEVICE MPK_INLINE bool rows_aligned16(const T* p, cons
 
 // y = x @ W^T (+ residual when `residual` is not null), x's elements as xs gives them; vec: x's
 // and W's rows allow the vector path (the caller checks every pointer xs reads through); st: how
-// each output's fp32 sum reaches y (Store: rounded once and stored).
+// each output's fp32 sum reaches y (Store: rounded once and stored); tensor_cores: the layer asks for
+// the tensor-core path (mma_linear.cuh), taken for bf16 / fp16 with plain x whose rows and W's are
+// 16-byte aligned and contiguous with K % 8 == 0.
 template <typename T, typename XS, typename ST = linear_detail::Store<T>>
 MPK_DEVICE void linear_rows(const T* x, const Tile2D& xt, const T* w, const Tile2D& wt, const T* residual,
-                            const Tile2D& rt, T* y, const Tile2D& yt, const XS& xs, bool vec, const ST& st = ST{}) {
+                            const Tile2D& rt, T* y, const Tile2D& yt, const XS& xs, bool vec, const ST& st = ST{},
+                            bool tensor_cores = false) {
     using namespace linear_detail;
+    if constexpr (sizeof(T) == 2 && std::is_same<XS, PlainX<T>>::value) {
+        if (tensor_cores && vec && rows_aligned16(w, wt) && rows_aligned16(x, xt) && xt.cols % 8 == 0) {
+            mma_linear_rows<T>(x, xt, w, wt, residual, rt, y, yt, st);
+            return;
+        }
+    }
     float* red = smem<float>(size_t(threadIdx.x / 32) * RED_FLOATS * sizeof(float), RED_FLOATS);
     if (vec && rows_aligned16(w, wt))
         all_rows<T, true>(x, xt, w, wt, residual, rt, y, yt, red, xs, st);
@@ -192,14 +203,17 @@ MPK_DEVICE void linear_rows(const T* x, const Tile2D& xt, const T* w, const Tile
 
 // The kernel of linear_task and linear_with_residual_task. Every thread of the block calls it.
 template <typename T>
-MPK_DEVICE void linear_tile(const TaskView& v, const T* residual, const Tile2D& rt) {
+MPK_DEVICE void linear_tile(const TaskView& v, const T* residual, const Tile2D& rt, bool tensor_cores) {
     const Tile2D xt = tile2d(v.in_tile(0)), wt = tile2d(v.in_tile(1)), yt = tile2d(v.out_tile(0));
     const T* x = v.in<const T>(0);
     linear_rows<T>(x, xt, v.in<const T>(1), wt, residual, rt, v.out<T>(0), yt, linear_detail::PlainX<T>{},
-                   linear_detail::rows_aligned16(x, xt));
+                   linear_detail::rows_aligned16(x, xt), linear_detail::Store<T>{}, tensor_cores);
 }
 
 // ---- dispatch
-template <typename T> MPK_DEVICE void linear_task(const TaskView& v) { linear_tile<T>(v, nullptr, Tile2D{}); }
+// iparam(0) != 0: the tensor-core path (the layer's tensor_cores, mirage/mpk/layers/linear.py).
+template <typename T> MPK_DEVICE void linear_task(const TaskView& v) {
+    linear_tile<T>(v, nullptr, Tile2D{}, v.iparam(0) != 0);
+}
 
 }  // namespace mpk

@@ -63,11 +63,12 @@ template <typename T> struct AtomicAddStore {
 }  // namespace splitk_detail
 
 // ---- dispatch
+// iparam(0) != 0: the tensor-core path (the layer's tensor_cores, mirage/mpk/layers/linear.py; linear.cuh).
 template <typename T> MPK_DEVICE void splitk_linear_task(const TaskView& v) {
     const Tile2D xt = tile2d(v.in_tile(0)), wt = tile2d(v.in_tile(1)), yt = tile2d(v.out_tile(0));
     const T* x = v.in<const T>(0);
     linear_rows<T>(x, xt, v.in<const T>(1), wt, nullptr, Tile2D{}, v.out<T>(0), yt, linear_detail::PlainX<T>{},
-                   linear_detail::rows_aligned16(x, xt), splitk_detail::AtomicAddStore<T>{});
+                   linear_detail::rows_aligned16(x, xt), splitk_detail::AtomicAddStore<T>{}, v.iparam(0) != 0);
 }
 
 }  // namespace mpk

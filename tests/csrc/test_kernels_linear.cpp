@@ -8,7 +8,8 @@
 //     one (a misaligned x, a W column stride of 2, an x row stride that is not a multiple of 16
 //     bytes). Compared with fp64 loops written here; allowed error
 //     per element: u_T * |ref| + (1 + u_T) * (K + 1) * 2^-24 * (sum |x * w| + |residual|) + half
-//     T's smallest subnormal. Each task may write only its own tile (checked after every task;
+//     T's smallest subnormal ((2K + 1) for the tensor-core path, csrc/tasks/mma_linear.cuh: bf16 / fp16
+//     with B >= 16, as mirage/mpk/layers/linear.py chooses). Each task may write only its own tile (checked after every task;
 //     guard elements around y). The bits must not depend on the emulation's seed, the block size
 //     (128, 256), or the column split; linear_with_residual with add_residual = 0 must give
 //     linear's bits.
@@ -146,6 +147,9 @@ struct LinearCase {
     int64_t w_pad = 0;       // W row stride K * w_cs + w_pad
 };
 
+// mirage/mpk/layers/linear.py's tensor_cores: bf16 / fp16 layers of at least 16 rows (csrc/tasks/mma_linear.cuh).
+template <class T> static int tensor_cores(const LinearCase& c) { return sizeof(T) == 2 && c.batch >= 16; }
+
 template <class T> struct LinearData {
     LinearCase c;
     Buffer<T> x, w, r, y;
@@ -183,7 +187,10 @@ template <class T> struct LinearData {
         t.num_inputs = kernel == LINEAR ? 2 : 3;
         t.num_outputs = 1;
         t.dependent_event = -1;
-        t.iparams[0] = kernel == RESIDUAL ? 1 : 0;
+        // the layers' iparams: linear (tensor_cores), linear_with_residual (add_residual, tensor_cores)
+        const int tc = tensor_cores<T>(c);
+        if (kernel == LINEAR) t.iparams[0] = tc;
+        else t.iparams[0] = kernel == RESIDUAL ? 1 : 0, t.iparams[1] = tc;
         int i = 0;
         t.tiles[i++] = tile2(0, iy * rows * x_rs, sizeof(T), rows, c.k, x_rs, 1);
         t.tiles[i++] = tile2(1, ix * n * w_rs, sizeof(T), n, c.k, w_rs, c.w_cs);
@@ -251,7 +258,9 @@ template <class T> static void check_linear(const LinearCase& c, Kernel kernel, 
                 for (int64_t i = 0; i < d.y.elems; ++i) {
                     const double out = to_float(y[i]);
                     const double err = fabs(out - ref[i]);
-                    const double allowed = Dt<T>::u * fabs(ref[i]) + (1 + Dt<T>::u) * double(c.k + 1) * U32 * scale[i] +
+                    // the tensor-core path counts K twice: any order, truncating adds (mma_linear.cuh)
+                    const double terms = tensor_cores<T>(c) ? 2.0 * double(c.k) + 1 : double(c.k + 1);
+                    const double allowed = Dt<T>::u * fabs(ref[i]) + (1 + Dt<T>::u) * terms * U32 * scale[i] +
                                            Dt<T>::tiny / 2;
                     const double ratio = err / allowed;
                     if (!(ratio <= 1)) ++bad;  // NaN counts as bad
@@ -299,6 +308,34 @@ static std::vector<uint64_t> seeds(bool big) {
     return out;
 }
 
+// Each path sums in its stated order, so the flag decides the bits: with the products 2^24 (k = 0),
+// 1 (k = 8..15) and -2^24 (k = 16), the tensor-core path's increasing k loses every 1 against 2^24 and
+// gives 0; the SIMT path's lane partials (lane 0: k 0-7, lane 1: k 8-15, lane 2: k 16-23) give
+// (2^24 + 8) - 2^24 = 8. (A path that silently fell back would give 8 for both.)
+template <class T> static void check_tensor_core_path_taken() {
+    const LinearCase c{"paths' orders", 16, 64, 16, 1, 1};
+    LinearData<T> d(c, 99);
+    for (int64_t b = 0; b < c.batch; ++b)
+        for (int64_t k = 0; k < c.k; ++k)
+            d.x.data[b * c.k + k] = from_float<T>(k == 0 ? 4096.0f : k == 16 ? -4096.0f : k >= 8 && k < 16 ? 1.0f : 0.0f);
+    for (int64_t j = 0; j < c.n; ++j)
+        for (int64_t k = 0; k < c.k; ++k) d.w.data[j * c.k + k] = from_float<T>(k == 0 || k == 16 ? 4096.0f : 1.0f);
+    void* bases[4] = {d.x.data, d.w.data, d.r.data, d.y.data};
+    for (int tc = 0; tc < 2; ++tc) {
+        MpkTask task = d.task(LINEAR, 1, 1, 0, 0);
+        task.iparams[0] = tc;
+        for (int64_t i = 0; i < d.y.elems; ++i) d.y.data[i] = poison<T>();
+        MPK_RUN_TASK(make_view(task, bases, 128, 7), (linear_task<T>));
+        const float want = tc ? 0.0f : 8.0f;
+        int64_t bad = 0;
+        for (int64_t i = 0; i < d.y.elems; ++i) bad += to_float(d.y.data[i]) != want;
+        CHECK(bad == 0, "%s %s path: %lld of %lld outputs are not %g", Dt<T>::name, tc ? "tensor-core" : "SIMT",
+              (long long)bad, (long long)d.y.elems, double(want));
+        printf("linear %-4s %-11s path: 2^24 + 8 x 1 - 2^24 sums to %g in its order, every output %s\n", Dt<T>::name,
+               tc ? "tensor-core" : "SIMT", double(want), bad ? "FAIL" : "PASS");
+    }
+}
+
 template <class T> static void check_linear_cases() {
     const std::vector<int> both = {128, 256};
     const std::vector<uint64_t> many = seeds(false), few = seeds(true);
@@ -314,7 +351,10 @@ template <class T> static void check_linear_cases() {
         {{"odd K, 2-column tiles", 6, 37, 10, 5, 1}, false},
         {{"1-column tiles", 1, 200, 7, 7, 1}, false},
         {{"B=13: 8+4+1 rows", 13, 64, 12, 3, 1}, false},
-        {{"rows split (grid.y)", 16, 96, 40, 2, 2}, false},
+        {{"rows split (grid.y)", 16, 96, 40, 2, 2}, false},  // 16-bit: tensor cores, one task's 16 rows = 2 x 8
+        {{"tensor cores: B=32, K=520", 32, 520, 48, 3, 2}, false},   // 16-bit: a K slice's tail zero-filled
+        {{"tensor cores: B=19, N=20", 19, 96, 20, 1, 1}, false},     // 16-bit: a pass of 3 rows, a W group of 4
+        {{"tensor cores: misaligned x", 16, 64, 9, 3, 1, 0, 1}, false},  // the SIMT path despite the flag
         {{"K < 16 bytes", 5, 3, 9, 3, 1}, false},
         {{"K=200 tail, B=7", 7, 200, 9, 1, 1}, false},
         {{"scalar: misaligned x", 5, 64, 9, 3, 1, 0, 1}, false},
@@ -575,12 +615,13 @@ template <class T> static void check_allreduce_ranks(int32_t world, int64_t grid
 
 // ---- bench
 
-template <class T> static double time_task_ms(int64_t k, int64_t n, int reps) {
+template <class T> static double time_task_ms(int64_t k, int64_t n, int reps, int tensor_cores = 0) {
     Buffer<T> x(8 * k), w(n * k), y(8 * n);
     for (int64_t i = 0; i < x.elems; ++i) x.data[i] = random_value<T>(1, i, 1.0);
     for (int64_t i = 0; i < w.elems; ++i) w.data[i] = random_value<T>(2, i, 0.01);
     MpkTask task{};
     task.num_inputs = 2, task.num_outputs = 1, task.dependent_event = -1;
+    task.iparams[0] = tensor_cores;
     task.tiles[0] = tile2(0, 0, sizeof(T), 8, k, k, 1);
     task.tiles[1] = tile2(1, 0, sizeof(T), n, k, k, 1);
     task.tiles[2] = tile2(2, 0, sizeof(T), 8, n, n, 1);
@@ -596,12 +637,14 @@ template <class T> static double time_task_ms(int64_t k, int64_t n, int reps) {
     return best;
 }
 
-template <class T> static void bench() {
-    const double up = time_task_ms<T>(4096, 96, 10), down = time_task_ms<T>(12288, 64, 10);
+// tensor_cores: the same tasks on the tensor-core path (csrc/tasks/mma_linear.cuh), which the layers take
+// only from 16 rows: what a warp instruction costs the emulation against the SIMT GEMV's long loops.
+template <class T> static void bench(int tensor_cores = 0) {
+    const double up = time_task_ms<T>(4096, 96, 10, tensor_cores), down = time_task_ms<T>(12288, 64, 10, tensor_cores);
     const double gflop = 2.0 * 8 * (4096.0 * 96 + 12288.0 * 64) * 1e-9 / ((up + down) * 1e-3);
-    printf("bench %-4s 128 threads, fastest of 10: gate/up task x[8,4096] W[96,4096] %.2f ms, down task x[8,12288] W[64,12288] %.2f ms "
-           "(%.2f GFLOP/s); Qwen3-8B MLP pass (256 + 64 tasks) on one core ~ %.2f s\n",
-           Dt<T>::name, up, down, gflop, (256 * up + 64 * down) * 1e-3);
+    printf("bench %-4s%s 128 threads, fastest of 10: gate/up task x[8,4096] W[96,4096] %.2f ms, down task x[8,12288] "
+           "W[64,12288] %.2f ms (%.2f GFLOP/s); Qwen3-8B MLP pass (256 + 64 tasks) on one core ~ %.2f s\n",
+           Dt<T>::name, tensor_cores ? " tensor cores" : "", up, down, gflop, (256 * up + 64 * down) * 1e-3);
 }
 
 // ---- main
@@ -610,6 +653,8 @@ static void run_all() {
     check_linear_cases<float>();
     check_linear_cases<bf16_t>();
     check_linear_cases<fp16_t>();
+    check_tensor_core_path_taken<bf16_t>();
+    check_tensor_core_path_taken<fp16_t>();
     for (int threads : {128, 256})
         for (uint64_t seed : seeds(true)) {
             check_allreduce_one_rank<float>(threads, seed);
@@ -626,6 +671,7 @@ static void run_all() {
         check_allreduce_ranks<fp16_t>(3, 3, 128, seed);
     }
     bench<bf16_t>();
+    bench<bf16_t>(1);
     bench<float>();
 }
 

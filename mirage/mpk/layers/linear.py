@@ -4,7 +4,7 @@ input [B, K], weight [N, K] -> output [B, N]. Kernel: csrc/tasks/linear.cuh.
 """
 from __future__ import annotations
 
-from ..dtypes import FLOATS
+from ..dtypes import FLOATS, bfloat16, float16, to_dtype
 from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor, storage
 
 TASK_TYPE = 120          # MPK's TASK_LINEAR
@@ -12,6 +12,25 @@ TASK_TYPE = 120          # MPK's TASK_LINEAR
 # MPK's qkv and gate/up projections: rank r holds rows [r*N/W, (r+1)*N/W) of W and computes those columns of
 # the output; the input is whole.
 TP = "column"
+
+
+# The tensor-core path (csrc/tasks/mma_linear.cuh: mma.sync, ldmatrix, cp.async) for bf16 / fp16 layers of
+# at least this many rows: there a GPU's GEMM is bound by its arithmetic, which the tensor cores multiply.
+# Below it (decode) a GEMM streams its weight once for few rows, bound by memory bandwidth, where the SIMT
+# GEMV is as fast; and the CPU emulation runs a tensor-core kernel about 6x slower than the SIMT one (each
+# warp instruction is a rendezvous of 32 fibers: benchmarks/README.md), so decode-size tests stay fast.
+# The choice is the layer's, one for all its tasks, so the bits do not depend on how the rows are split.
+TENSOR_CORE_MIN_ROWS = 16
+
+
+def uses_tensor_cores(dtype, rows: int) -> bool:
+    """Whether a linear layer of this dtype (mirage or torch) and batch takes the tensor-core path."""
+    return to_dtype(dtype) in (bfloat16, float16) and rows >= TENSOR_CORE_MIN_ROWS
+
+
+def tensor_cores(x) -> int:
+    """The layer's tensor_cores iparam for its input x (checked, [B, K]): 1 or 0."""
+    return int(uses_tensor_cores(x.dtype, x.dims[0]))
 
 
 def linear_tensors(name: str, grid, input, weight, output, why: str):
@@ -51,4 +70,6 @@ def linear_accesses(name: str, grid, input, weight, output, extra=()) -> tuple[l
 def linear_layer(pk, name: str, input, weight, output, grid_dim, block_dim) -> Layer:
     grid = check_grid(name, grid_dim, block_dim)
     inputs, outputs = linear_accesses(name, grid, input, weight, output)
-    return Layer(name, "linear", grid, inputs, outputs, (inputs[0].tensor.dtype,))
+    tc = tensor_cores(inputs[0].tensor)
+    return Layer(name, "linear", grid, inputs, outputs, (inputs[0].tensor.dtype,), iparams=(tc,),
+                 params={"tensor_cores": bool(tc)})

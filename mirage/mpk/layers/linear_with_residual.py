@@ -6,7 +6,7 @@ Kernel: csrc/tasks/linear_with_residual.cuh.
 from __future__ import annotations
 
 from . import Layer, check_grid
-from .linear import linear_accesses
+from .linear import linear_accesses, tensor_cores
 
 TASK_TYPE = 108          # MPK's TASK_LINEAR_WITH_RESIDUAL
 # Tensor parallelism, how the layer is split across ranks (mirage.mpk.testing.TP_KINDS): row-parallel, as
@@ -20,6 +20,8 @@ def linear_with_residual_layer(pk, name: str, input, weight, residual, output, g
     grid = check_grid(name, grid_dim, block_dim)
     inputs, outputs = linear_accesses(name, grid, input, weight, output, extra=[("residual", residual)])
     add_residual = int(pk.world_size == 1 or pk.mpi_rank == 0)
+    tc = tensor_cores(inputs[0].tensor)
     return Layer(name, "linear_with_residual", grid, inputs, outputs, (inputs[0].tensor.dtype,),
-                 iparams=(add_residual,), params={"add_residual": bool(add_residual)},
+                 iparams=(add_residual, tc),
+                 params={"add_residual": bool(add_residual), "tensor_cores": bool(tc)},
                  inplace={"output": ("residual",)})

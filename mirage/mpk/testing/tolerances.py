@@ -238,9 +238,14 @@ def tol_elementwise(dtype, scale: torch.Tensor | None = None, input_rounding=Non
     return tolerance(dtype, k=k, scale=scale, ops=8, input_rounding=input_rounding)
 
 
-def tol_linear(dtype, k: int, scale: torch.Tensor, input_rounding=None) -> Tolerance:
-    """x @ W^T (+ residual): scale = |x| @ |W|^T (+ |residual|), k = in_features (+1)."""
-    return tolerance(dtype, k=k, scale=scale, ops=2, input_rounding=input_rounding)
+def tol_linear(dtype, k: int, scale: torch.Tensor, input_rounding=None,
+               tensor_cores: bool = False) -> Tolerance:
+    """x @ W^T (+ residual): scale = |x| @ |W|^T (+ |residual|), k = in_features (+1).
+
+    tensor_cores (the layer's params["tensor_cores"], csrc/tasks/mma_linear.cuh): a tensor core adds the
+    exact products in an order and with a rounding the PTX ISA leaves open, truncating on some GPUs, whose
+    unit roundoff 2^-23 is twice round-to-nearest's; gamma_k's bound then holds with k counted twice."""
+    return tolerance(dtype, k=2 * k if tensor_cores else k, scale=scale, ops=2, input_rounding=input_rounding)
 
 
 def tol_normalization(dtype: DType | torch.dtype, length: int, *, power: float = 0.5, ops: float = 6,
@@ -290,10 +295,11 @@ def tol_qk_norm_rope(dtype: DType | torch.dtype, head_dim: int, scale: torch.Ten
 
 
 def tol_splitk_linear(dtype: DType | torch.dtype, terms: int, adds: int, scale: torch.Tensor,
-                      acc_scale: torch.Tensor) -> Tolerance:
+                      acc_scale: torch.Tensor, tensor_cores: bool = False) -> Tolerance:
     """y += x @ W^T split over K (module doc, "Split-K accumulate"): `adds` atomic adds into y, each of an
-    fp32 partial over `terms` products; scale = |x| @ |W|^T, acc_scale = |y_0| + sum_j |partial_j|."""
-    sums = tolerance(dtype, k=terms, scale=scale, ops=2)
+    fp32 partial over `terms` products; scale = |x| @ |W|^T, acc_scale = |y_0| + sum_j |partial_j|.
+    tensor_cores: the partials' terms count twice (tol_linear)."""
+    sums = tolerance(dtype, k=2 * terms if tensor_cores else terms, scale=scale, ops=2)
     rounds = tolerance(dtype, k=0, scale=adds * acc_scale, ops=0, input_rounding=dtype,
                        scale2=adds * acc_scale.double() ** 2)
     floor = _TINY[to_dtype(dtype).torch] / 2

@@ -48,7 +48,8 @@ def run(dtype, batch, k, n, grid, jitter, output_dir=None, world=testing.ONE_RAN
     expected = world.shard("output", ref.linear(x, w_full))
     scale = x.double().abs() @ w.double().abs().T            # sum_k |x_bk * w_nk| per output
     name = f"linear[{str(dtype)[6:]},{batch}x{k}->{n},grid={grid},jitter={jitter}{world.tag}]"
-    return pk, name, out, expected, testing.tol_linear(dtype, k, scale), (x, w)
+    tol = testing.tol_linear(dtype, k, scale, tensor_cores=pk.layers[0].params["tensor_cores"])
+    return pk, name, out, expected, tol, (x, w)
 
 
 def run_case(dtype, batch, k, n, grid, jitter, output_dir=None, world=testing.ONE_RANK):

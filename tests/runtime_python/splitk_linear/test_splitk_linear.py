@@ -35,6 +35,7 @@ SHAPES = [
     (6, 256, 40, (5, 2)),    # 2 slices, tiles of 8 columns
     (5, 200, 12, (3, 1)),    # no split: y_0 + x @ W^T in one add
     (3, 60, 7, (7, 2)),      # one-column tiles; slices of 30: not a multiple of a 16-byte load
+    (24, 320, 40, (2, 2)),   # 16-bit: the tensor cores (24 rows: passes of 16 + 8); slices of 160
 ]
 ROWS = [(d, *s, cc) for s in SHAPES for d in DTYPES for cc in TARGETS]
 QUICK = (torch.bfloat16, *SHAPES[0], 90)
@@ -60,7 +61,7 @@ def run_slice(dtype, x, w, y0, grid, j, target_cc):
     xs, ws = x.chunk(splits, dim=1)[j], w.chunk(splits, dim=1)[j]
     part = ref.partials(x, w, splits)[j]
     tol = testing.tol_splitk_linear(dtype, xs.shape[1], 1, xs.double().abs() @ ws.double().abs().T,
-                                    y0.double().abs() + part.abs())
+                                    y0.double().abs() + part.abs(), run.layer.params["tensor_cores"])
     run.check("out", y0.double() + part, tol, inputs=(x, w, y0))
     return run
 

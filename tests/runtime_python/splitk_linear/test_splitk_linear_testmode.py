@@ -32,6 +32,7 @@ CASES = [
     (1, 256, 32, (4, 2)),       # one row (decode), 2 adds
     (6, 192, 40, (5, 4)),       # 4 adds into tiles of 8 columns
     (4, 96, 12, (12, 1)),       # no K split: one add, one-column tiles
+    (16, 256, 32, (2, 4)),      # 16-bit: the tensor cores' sums, 4 adds into tiles of 16 columns
 ]
 
 
@@ -71,7 +72,8 @@ def run_case(dtype, batch, k, n, grid, jitter, output_dir=None, world=testing.ON
         splits, k_local = grid[1], x.shape[1]
         acc = y0.double().abs() + sum(p.abs() for p in ref.partials(x, w, splits))
         scale = x.double().abs() @ w.double().abs().T
-        tol = testing.tol_splitk_linear(dtype, k_local // splits, splits, scale, acc)
+        tc = pk.layers[0].params["tensor_cores"]
+        tol = testing.tol_splitk_linear(dtype, k_local // splits, splits, scale, acc, tc)
         name = f"splitk_linear[{str(dtype)[6:]},{batch}x{k}->{n},grid={grid},jitter={jitter}{world.tag}{tag}]"
         testing.check_output(name, out, ref.splitk_linear(x, w, y0), tol, pk.layers[0].checks, (x, w, y0),
                              pk=pk)
@@ -87,7 +89,7 @@ def run_case(dtype, batch, k, n, grid, jitter, output_dir=None, world=testing.ON
             # <= the acc_scale sum): adds = splits + 1 + W
             accs = world.gather(acc)
             tol = testing.tol_splitk_linear(dtype, k_local // splits, splits + 1 + world.size,
-                                            x_full.double().abs() @ w_full.double().abs().T, sum(accs))
+                                            x_full.double().abs() @ w_full.double().abs().T, sum(accs), tc)
             testing.check_output(f"{name}.unsharded", summed, ref.splitk_linear(x_full, w_full, y0_full), tol,
                                  pk.layers[1].checks, (out, y0_full), pk=pk)
 
