@@ -1,10 +1,13 @@
 // simt_overhead.cpp: what the CPU emulation of a CUDA thread block costs (csrc/runtime/simt_cpu.h;
 // docs/simt.md): fiber switches per second, one __syncthreads over 128 threads, one full-warp
 // __shfl_xor_sync, one empty 128-thread run_block (without and with 48 KiB of dynamic shared
-// memory to poison), and csrc/tasks/common.cuh's block_sum. Median of 5 runs each.
+// memory to poison), csrc/tasks/common.cuh's block_sum, and the warp instructions of
+// csrc/runtime/ptx.h: mma.m16n8k16, ldmatrix.x4, and a 16-byte cp.async with its group's wait.
+// Median of 5 runs each.
 //
 // Build and run:
 //   g++ -std=c++17 -O2 -Icsrc benchmarks/simt_overhead.cpp -o /tmp/simt_overhead && /tmp/simt_overhead
+#include "runtime/ptx.h"
 #include "runtime/simt.h"
 #include "tasks/common.cuh"
 
@@ -91,5 +94,37 @@ int main() {
         });
     });
     printf("block_sum (common.cuh), 128 threads      %7.2f us\n", t_sum / R * 1e6);
+
+    // 6. the tensor-core instructions (runtime/ptx.h), one warp: each a rendezvous of its 32 lanes
+    const int M = 20000;
+    const double t_mma = median_s([&] {
+        run_block(Block{32, 0, 6}, [&] {
+            float d[4] = {0, 0, 0, 0};
+            const uint32_t a[4] = {0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u}, b[2] = {0x3f803f80u, 0u};
+            for (int i = 0; i < M; ++i) mpk::ptx::mma_m16n8k16_row_col_f32_bf16_bf16_f32(d, a, b, d);
+            if (threadIdx.x == 0) sink = d[0];
+        });
+    });
+    const double t_ldm = median_s([&] {
+        run_block(Block{32, 1024, 7}, [&] {
+            uint32_t r[4];
+            char* s = mpk::smem<char>(0, 1024);
+            for (int i = 0; i < M; ++i) mpk::ptx::ldmatrix_m8n8_x4_shared_b16(r, s + threadIdx.x * 16);
+            if (threadIdx.x == 0) sink = float(r[0]);
+        });
+    });
+    alignas(16) static char global[32 * 16];
+    const double t_cp = median_s([&] {
+        run_block(Block{32, 1024, 8}, [&] {
+            char* s = mpk::smem<char>(0, 1024);
+            for (int i = 0; i < M; ++i) {
+                mpk::ptx::cp_async_cg_shared_global<16>(s + threadIdx.x * 16, global + threadIdx.x * 16);
+                mpk::ptx::cp_async_wait_all();
+            }
+        });
+    });
+    printf("mma.m16n8k16 bf16, one warp              %7.2f us   (2048 multiply-adds)\n", t_mma / M * 1e6);
+    printf("ldmatrix.x4, one warp                    %7.2f us\n", t_ldm / M * 1e6);
+    printf("cp.async.cg 16 B + wait_all, per lane    %7.1f ns\n", t_cp / M / 32 * 1e9);
     return sink == -1.0f;
 }

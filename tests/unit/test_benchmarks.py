@@ -50,3 +50,4 @@ def test_simt_overhead_builds_and_runs(tmp_path):
     out = run([exe], str(tmp_path))
     assert out.returncode == 0, out.stderr[-3000:]
     assert "__syncthreads, 128 threads" in out.stdout and "block_sum" in out.stdout
+    assert "mma.m16n8k16" in out.stdout and "cp.async.cg" in out.stdout
