@@ -181,16 +181,18 @@ template <typename T> MPK_DEVICE MPK_INLINE bool rows_aligned16(const T* p, cons
 // y = x @ W^T (+ residual when `residual` is not null), x's elements as xs gives them; vec: x's
 // and W's rows allow the vector path (the caller checks every pointer xs reads through); st: how
 // each output's fp32 sum reaches y (Store: rounded once and stored); tensor_cores: the layer asks for
-// the tensor-core path (mma_linear.cuh), taken for bf16 / fp16 with plain x whose rows and W's are
-// 16-byte aligned and contiguous with K % 8 == 0.
+// the tensor-core path (mma_linear.cuh), taken for bf16 / fp16 when x's rows (vec) and W's are 16-byte
+// aligned and contiguous with K % 8 == 0.
 template <typename T, typename XS, typename ST = linear_detail::Store<T>>
 MPK_DEVICE void linear_rows(const T* x, const Tile2D& xt, const T* w, const Tile2D& wt, const T* residual,
                             const Tile2D& rt, T* y, const Tile2D& yt, const XS& xs, bool vec, const ST& st = ST{},
                             bool tensor_cores = false) {
     using namespace linear_detail;
-    if constexpr (sizeof(T) == 2 && std::is_same<XS, PlainX<T>>::value) {
-        if (tensor_cores && vec && rows_aligned16(w, wt) && rows_aligned16(x, xt) && xt.cols % 8 == 0) {
-            mma_linear_rows<T>(x, xt, w, wt, residual, rt, y, yt, st);
+    if constexpr (sizeof(T) == 2) {
+        constexpr bool plain = std::is_same<XS, PlainX<T>>::value;
+        // (a computed x: vec says the caller checked the rows it reads through)
+        if (tensor_cores && vec && rows_aligned16(w, wt) && (!plain || rows_aligned16(x, xt)) && xt.cols % 8 == 0) {
+            mma_linear_rows<T, plain>(x, xt, w, wt, residual, rt, y, yt, xs, st);
             return;
         }
     }

@@ -1,8 +1,10 @@
 // mma_linear.cuh: y = x @ W^T (+ residual) for 16-bit T on the tensor cores: mma.sync.m16n8k16 with
 // ldmatrix operands from cp.async-staged, double-buffered slices (runtime/ptx.h). linear.cuh's
 // linear_rows takes this path when its layer asks for it (the layer's tensor_cores iparam: bf16 / fp16
-// with a batch of at least 16 rows, mirage/mpk/layers/linear.py) and x's elements are plain (PlainX),
-// x's and W's rows 16-byte aligned and contiguous, K % 8 == 0; otherwise its SIMT path.
+// with a batch of at least 16 rows, mirage/mpk/layers/linear.py) and x's and W's rows are 16-byte aligned
+// and contiguous with K % 8 == 0; otherwise its SIMT path. x's elements come as linear_rows' XS gives
+// them: plain ones by cp.async, computed ones (silu_mul_linear_with_residual's h, rounded to T as that
+// layer states) stored by the lanes; either way x's slice is in T in shared memory for ldmatrix.
 //
 // The product is computed transposed, y^T = W x^T, so that the batch is the mma's N = 8 and W's rows
 // its M = 16: A = 16 W rows x 16 k (row-major: W as stored), B = x^T (column-major: x's rows as stored),
@@ -50,27 +52,40 @@ MPK_DEVICE MPK_INLINE void mma16(float (&acc)[4], const uint32_t (&a)[4], const 
 }
 
 // Slice [k0, k0 + KS) of W rows [c0, c0 + 16) and of x rows [b0, b0 + 8 chunks) into `stage`: 64 chunks of
-// W, then 32 per x N-chunk; lane l copies chunks l, l + 32, ...
-template <typename T>
+// W, then 32 per x N-chunk; lane l fills chunks l, l + 32, ... W's by cp.async; x's by cp.async when its
+// elements are plain (PLAIN), else computed by xs (a fused producer: 8 elements as fp32, rounded to T,
+// stored: silu_mul_linear_with_residual.cuh's h).
+template <typename T, bool PLAIN, typename XS>
 MPK_DEVICE MPK_INLINE void stage_slice(char* stage, const T* w, const Tile2D& wt, int64_t c0, int64_t n, const T* x,
-                                       const Tile2D& xt, int64_t b0, int64_t rows, int chunks, int64_t k0,
-                                       int64_t k_len) {
+                                       const Tile2D& xt, const XS& xs, int64_t b0, int64_t rows, int chunks,
+                                       int64_t k0, int64_t k_len) {
     for (int i = threadIdx.x % 32; i < 64 + 32 * chunks; i += 32) {
         const bool is_w = i < 64;
         const int r = (is_w ? i : i - 64) / 4, c = i % 4;
         const int64_t k = k0 + 8 * c;
         const bool in = k < k_len && (is_w ? c0 + r < n : b0 + r < rows);
-        const T* src = is_w ? (in ? w + (c0 + r) * wt.row_stride + k : w) : (in ? x + (b0 + r) * xt.row_stride + k : x);
-        ptx::cp_async_cg_shared_global<16>(stage + chunk_at(is_w ? r : WROWS + r, c), src, in ? 16u : 0u);
+        char* dst = stage + chunk_at(is_w ? r : WROWS + r, c);
+        if (PLAIN || is_w) {
+            const T* src = is_w ? (in ? w + (c0 + r) * wt.row_stride + k : w) : (in ? x + (b0 + r) * xt.row_stride + k : x);
+            ptx::cp_async_cg_shared_global<16>(dst, src, in ? 16u : 0u);
+        } else {
+            float f[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+            if (in) xs.template load<8>(x + (b0 + r) * xt.row_stride + k, f);
+            Pack<T, 8> q;
+            MPK_UNROLL
+            for (int e = 0; e < 8; ++e) q.e[e] = from_float<T>(f[e]);
+            store_pack<T, 8>(reinterpret_cast<T*>(dst), q);
+        }
     }
 }
 
 }  // namespace mma_linear_detail
 
-// The tensor-core path of linear_rows (linear.cuh): the same arguments, PlainX implied.
-template <typename T, typename ST>
+// The tensor-core path of linear_rows (linear.cuh): the same arguments; PLAIN: xs reads x's elements as
+// they are (linear.cuh's PlainX), so x is copied by cp.async.
+template <typename T, bool PLAIN, typename XS, typename ST>
 MPK_DEVICE void mma_linear_rows(const T* x, const Tile2D& xt, const T* w, const Tile2D& wt, const T* residual,
-                                const Tile2D& rt, T* y, const Tile2D& yt, const ST& st) {
+                                const Tile2D& rt, T* y, const Tile2D& yt, const XS& xs, const ST& st) {
     using namespace mma_linear_detail;
     static_assert(sizeof(T) == 2, "the tensor-core path takes bf16 or fp16");
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -84,18 +99,18 @@ MPK_DEVICE void mma_linear_rows(const T* x, const Tile2D& xt, const T* w, const 
         for (int64_t b0 = 0; b0 < rows; b0 += XROWS) {
             const int chunks = rows - b0 > 8 ? 2 : 1;
             float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-            stage_slice(bufs, w, wt, c0, n, x, xt, b0, rows, chunks, 0, k_len);
+            stage_slice<T, PLAIN>(bufs, w, wt, c0, n, x, xt, xs, b0, rows, chunks, 0, k_len);
             ptx::cp_async_commit_group();
             for (int s = 0; s < slices; ++s) {
                 if (s + 1 < slices) {
-                    stage_slice(bufs + ((s + 1) & 1) * STAGE, w, wt, c0, n, x, xt, b0, rows, chunks,
-                                int64_t(s + 1) * KS, k_len);
+                    stage_slice<T, PLAIN>(bufs + ((s + 1) & 1) * STAGE, w, wt, c0, n, x, xt, xs, b0, rows, chunks,
+                                          int64_t(s + 1) * KS, k_len);
                     ptx::cp_async_commit_group();
                     ptx::cp_async_wait_group<1>();  // slice s has landed, s + 1 may be in flight
                 } else {
                     ptx::cp_async_wait_group<0>();
                 }
-                __syncwarp();  // every lane's copies of slice s are visible to the warp
+                __syncwarp();  // every lane's copies (and stores) of slice s are visible to the warp
                 const char* sg = bufs + (s & 1) * STAGE;
                 uint32_t xb[2][4];  // per N-chunk: x's 8 rows x 32 k, registers 2j, 2j + 1 = B of k16 step j
                 for (int ch = 0; ch < chunks; ++ch)

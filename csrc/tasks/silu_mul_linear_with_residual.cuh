@@ -10,7 +10,9 @@
 // Shapes: in(0) x [B, 2I] (whole: every task), in(1) W [n, I] (this task's rows of [N, I]),
 //         in(2) residual [B, n], out(0) y [B, n], each with its own strides.
 // iparam(0) != 0: add the residual (fp32, before the one rounding); 0: not (ranks other than 0 with
-// world_size > 1: MPK passes my_gpu_id == 0; the allreduce after it sums it once).
+// world_size > 1: MPK passes my_gpu_id == 0; the allreduce after it sums it once). iparam(1) != 0: the
+// tensor cores (the layer's tensor_cores, mirage/mpk/layers/linear.py): h is computed into shared
+// memory slice by slice as T (mma_linear.cuh), the same values the SIMT path multiplies.
 // Vector path when gate, up and W rows are 16-byte aligned with unit column stride, else scalar.
 // Shared memory: linear.cuh's reduction arrays. No block barrier.
 // Test: tests/runtime_python/silu_mul_linear_with_residual/ (the kernel alone, and in a graph)
@@ -43,7 +45,8 @@ template <typename T> MPK_DEVICE void silu_mul_linear_with_residual_task(const T
     const GluX<T> xs{xt.cols * xt.col_stride};
     const bool vec = linear_detail::rows_aligned16(gate, xt) && linear_detail::rows_aligned16(gate + xs.up, xt);
     const T* residual = v.iparam(0) != 0 ? v.in<const T>(2) : nullptr;
-    linear_rows<T>(gate, xt, v.in<const T>(1), wt, residual, rt, v.out<T>(0), tile2d(v.out_tile(0)), xs, vec);
+    linear_rows<T>(gate, xt, v.in<const T>(1), wt, residual, rt, v.out<T>(0), tile2d(v.out_tile(0)), xs, vec,
+                   linear_detail::Store<T>{}, v.iparam(1) != 0);
 }
 
 }  // namespace mpk

@@ -35,12 +35,14 @@ SHAPES = [
     (1, 128, 20, 5, "edges"),    # single-row batch; the first and last of 5 tiles of 4 columns
     (13, 37, 12, 3, None),       # odd I: up starts at column 37, the scalar path; row chunks 8 + 4 + 1
     (6, 64, 10, 1, None),        # one task over all of hidden; a column group partly past n
+    (24, 200, 40, 2, None),      # 16-bit: the tensor cores, h staged slice by slice (passes of 16 + 8 rows)
 ]
 
 
-def budget(dtype, x, w, residual, add_residual=True):
+def budget(dtype, x, w, residual, add_residual=True, tensor_cores=False):
     scale = ref.hidden(x) @ w.double().abs().T + residual.double().abs() * add_residual
-    return testing.tol_linear(dtype, w.shape[1] + 1 + SILU_OPS, scale, input_rounding=dtype)
+    return testing.tol_linear(dtype, w.shape[1] + 1 + SILU_OPS, scale, input_rounding=dtype,
+                              tensor_cores=tensor_cores)
 
 
 def inputs(dtype, batch, i, n, offset, x_layout=None, r_layout=None):
@@ -60,7 +62,7 @@ def run_kernel(dtype, x, w, residual, out, grid, coords, target_cc, rank=(0, 1))
     add = run.layer.params["add_residual"]
     assert add == (rank[0] == 0), f"rank {rank[0]} of {rank[1]}: add_residual = {add}; only rank 0 adds it"
     run.check("out", ref.silu_mul_linear_with_residual(x, w, residual, add),
-              budget(dtype, x, w, residual, add), inputs=(x, w, residual))
+              budget(dtype, x, w, residual, add, run.layer.params["tensor_cores"]), inputs=(x, w, residual))
     return run
 
 

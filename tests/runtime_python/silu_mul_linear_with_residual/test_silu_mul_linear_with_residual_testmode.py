@@ -31,6 +31,7 @@ CASES = [
     (1, 128, 20, 5),         # decode: one row
     (6, 36, 12, 12),         # one-column tiles; I = 36 (9 per rank on 4 ranks: the scalar path)
     (4, 1024, 64, 4),        # a longer reduction
+    (16, 256, 32, 2),        # 16-bit: the tensor cores
 ]
 
 
@@ -62,7 +63,8 @@ def run_case(dtype, batch, i, n, grid, jitter, output_dir=None, world=testing.ON
     scale = ref.hidden(x) @ w.double().abs().T + residual.double().abs() * add
     name = (f"silu_mul_linear_with_residual[{str(dtype)[6:]},{batch}x{i}->{n},grid={grid},jitter={jitter}"
             f"{world.tag}]")
-    tol = testing.tol_linear(dtype, x.shape[1] // 2 + 1 + SILU_OPS, scale, input_rounding=dtype)
+    tol = testing.tol_linear(dtype, x.shape[1] // 2 + 1 + SILU_OPS, scale, input_rounding=dtype,
+                             tensor_cores=pk.layers[0].params["tensor_cores"])
     testing.check_output(name, out, expected, tol, pk.layers[0].checks, (x, w, residual), pk=pk)
     if summed is not None:
         parts = world.gather(out.clone())
