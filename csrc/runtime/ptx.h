@@ -25,6 +25,10 @@
 #pragma once
 #include <stdint.h>
 #include "simt.h"
+#if !defined(__CUDACC__)
+#include "simt_cpu_async.h"
+#include "simt_cpu_ptx.h"
+#endif
 
 namespace mpk {
 namespace ptx {
@@ -106,7 +110,7 @@ MPK_DEVICE MPK_INLINE void cp_async_wait_all() { asm volatile("cp.async.wait_all
     inline void NAME(float (&d)[4], const uint32_t (&a)[NA], const uint32_t (&b)[NB], const float (&c)[4], \
                      const char* file = __builtin_FILE(), int line = __builtin_LINE()) {                 \
         using namespace ::mpk::simt::detail;                                                             \
-        matrix_op(Op::OP, MatrixLane{a, b, c, d, nullptr, nullptr}, file, line);                         \
+        matrix_op(Op::OP, MatrixLane{&matrix_complete, a, b, c, d, nullptr, nullptr}, file, line);       \
     }
 MPK_PTX_MMA(mma_m16n8k16_row_col_f32_bf16_bf16_f32, MmaK16Bf16, 4, 2)
 MPK_PTX_MMA(mma_m16n8k16_row_col_f32_f16_f16_f32, MmaK16F16, 4, 2)
@@ -119,7 +123,7 @@ MPK_PTX_MMA(mma_m16n8k32_row_col_f32_e4m3_e4m3_f32, MmaK32E4m3, 4, 2)
     inline void NAME(uint32_t (&r)[N], const void* row, const char* file = __builtin_FILE(),                 \
                      int line = __builtin_LINE()) {                                                          \
         using namespace ::mpk::simt::detail;                                                                 \
-        matrix_op(Op::OP, MatrixLane{nullptr, nullptr, nullptr, nullptr, row, r}, file, line);               \
+        matrix_op(Op::OP, MatrixLane{&matrix_complete, nullptr, nullptr, nullptr, nullptr, row, r}, file, line); \
     }
 MPK_PTX_LDMATRIX(ldmatrix_m8n8_x1_shared_b16, LdmX1, 1)
 MPK_PTX_LDMATRIX(ldmatrix_m8n8_x2_shared_b16, LdmX2, 2)

@@ -30,10 +30,12 @@
 //   simt_cpu_sched.h      Block / Error, fibers, the per-OS-thread pool, the scheduler
 //   simt_cpu_tls.h        the static __shared__ poison (this module's TLS block, less the emulation's)
 //   simt_cpu_sync.h       barriers, warp collectives, their checks and the deadlock diagnosis
-//   simt_cpu_async.h      cp.async: copies in flight, their groups, the seeded landing, their checks
-//   simt_cpu_ptx.h        mma.sync and ldmatrix as warp collectives (the PTX ISA's fragment layouts)
 //   simt_cpu_block.h      run_block, mpk::smem, the executor's BlockRef / task_barrier / MPK_RUN_TASK
 //   simt_cpu_cuda.h       the CUDA builtins: threadIdx, __syncthreads, __shfl_*_sync, atomics, math
+// and, included by runtime/ptx.h only (a module that uses no tensor-core or cp.async instruction does not
+// compile them):
+//   simt_cpu_async.h      cp.async: copies in flight, their groups, the seeded landing, their checks
+//   simt_cpu_ptx.h        mma.sync and ldmatrix as warp collectives (the PTX ISA's fragment layouts)
 #pragma once
 #if defined(__CUDACC__)
 #error "runtime/simt_cpu.h emulates CUDA for the host compiler; nvcc uses the real builtins (runtime/simt.h)"
@@ -46,7 +48,5 @@
 #include "simt_cpu_sched.h"
 #include "simt_cpu_tls.h"
 #include "simt_cpu_sync.h"
-#include "simt_cpu_async.h"
-#include "simt_cpu_ptx.h"
 #include "simt_cpu_block.h"
 #include "simt_cpu_cuda.h"

@@ -53,7 +53,6 @@ struct AsyncThread {
     uint32_t committed = 0;         // groups committed so far
 };
 struct Async {
-    bool ready = false;             // set up for the running block (run() clears it: async_reset)
     std::vector<AsyncThread> threads;
     std::vector<uint8_t> dyn;       // in-flight flag per 4-byte word of the dynamic shared memory
     std::vector<uint8_t> stat;      // ... of the static __shared__ arrays (this module's TLS block)
@@ -61,14 +60,21 @@ struct Async {
     uint64_t rng = 1;
 };
 inline void async_free(Async* a) { delete a; }
+inline void async_tick(Sched& s, Fiber* self);
+inline void async_thread_done(Sched& s, Fiber* self, const char* what);
 
 // The block's copy state, set up by its first cp.async instruction. The mode comes from the
 // block's schedule stream drawn once more (the stream itself is untouched).
 inline Async& async_of(Sched& s) {
-    if (!s.async) s.async = new Async;
+    if (!s.async) {
+        s.async = new Async;
+        s.async_tick = &async_tick;
+        s.async_done = &async_thread_done;
+        s.async_free = &async_free;
+    }
     Async& a = *s.async;
-    if (!a.ready) {
-        a.ready = true;
+    if (!s.async_ready) {
+        s.async_ready = true;
         a.threads.assign(size_t(s.nthreads), AsyncThread{});
         a.dyn.assign(s.smem_bytes / 4 + 1, 0);
         a.stat.clear();
@@ -77,12 +83,6 @@ inline Async& async_of(Sched& s) {
     }
     return a;
 }
-// A new block: run() calls it before the first fiber runs.
-inline void async_reset(Sched& s) {
-    s.async_pending = 0;
-    if (s.async) s.async->ready = false;
-}
-
 // The in-flight flag of the 4-byte word at p, or null when p is not in the block's shared memory.
 inline uint8_t* in_flight_flag(Sched& s, Async& a, const void* p) {
     const char* c = static_cast<const char*>(p);
@@ -267,7 +267,6 @@ inline void async_thread_done(Sched& s, Fiber* self, const char* what) {
                 (v.size() == 1 ? "y" : "ies") + " in flight, the first " + copy_text(v[0], int(self->tid.x)) +
                 ": a cp.async.wait_group / wait_all must cover every group before the task ends");
 }
-inline void async_thread_done(Sched& s, Fiber* self) { async_thread_done(s, self, "exits"); }
 
 }  // namespace detail
 #pragma GCC visibility pop

@@ -10,7 +10,6 @@
 #include <string.h>
 #include <string>
 #include <type_traits>
-#include "simt_cpu_async.h"
 #include "simt_cpu_sync.h"
 
 namespace mpk {
@@ -46,7 +45,8 @@ inline void run(const Block& b, void (*fn)(void*), void* arg) {
     s.bar_gen = 0;
     s.aborting = false;
     s.error.clear();
-    async_reset(s);
+    s.async_pending = 0;  // cp.async state (simt_cpu_async.h): none yet in this block
+    s.async_ready = false;
     s.main.stack_lo = nullptr;
     s.main.stack_size = 0;
     s.main.st = St::Running;
@@ -224,7 +224,7 @@ template <class F> void run_task(const TaskView& v, F&& body) {
     if (v.on_block || detail::tl.s) {
         body();
         detail::Sched* s = detail::tl.s;
-        if (s && s->async_pending) detail::async_thread_done(*s, s->cur, "ends its task");
+        if (s && s->async_pending) s->async_done(*s, s->cur, "ends its task");
     } else {
         run_block(block_of(v), body);
     }

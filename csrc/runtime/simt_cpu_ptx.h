@@ -31,8 +31,10 @@ namespace simt {
 #pragma GCC visibility push(hidden)  // module-local: direct calls, no PLT, under -fPIC
 namespace detail {
 
-// What a lane brings to an mma or an ldmatrix (Fiber::in points at it, on the lane's stack).
+// What a lane brings to an mma or an ldmatrix (Fiber::in points at it, on the lane's stack); its first
+// member is the function that completes the instruction (simt_cpu_sync.h's complete calls it).
 struct MatrixLane {
+    void (*complete)(Sched& s, Fiber* lanes, Op op);
     const uint32_t* a;  // mma: the fragments
     const uint32_t* b;
     const float* c;

@@ -187,15 +187,16 @@ struct Sched {
     // counts them (block() lands some of the running thread's on the way, when the block's draw says so)
     Async* async = nullptr;
     int async_pending = 0;
+    bool async_ready = false;   // async set up for the running block (run() clears it)
+    // ... its functions, set with it: a module that never issues a cp.async compiles none of them
+    void (*async_tick)(Sched& s, Fiber* self) = nullptr;                   // a blocking point of self
+    void (*async_done)(Sched& s, Fiber* self, const char* what) = nullptr; // self's task ends or it exits
+    void (*async_free)(Async* a) = nullptr;
     // the executor's per-block state (block_scratch): not shared memory, never poisoned
     char* scratch = nullptr;
     size_t scratch_bytes = 0;
     bool scratch_given = false;  // handed out in this block
 };
-
-inline void async_free(Async* a);                   // simt_cpu_async.h
-inline void async_tick(Sched& s, Fiber* self);
-inline void async_thread_done(Sched& s, Fiber* self);
 
 struct Pool;
 // Every thread_local of the emulation, in one object: the poison of static __shared__ arrays
@@ -311,7 +312,7 @@ struct Pool {
 #endif
     }
     ~Pool() {
-        async_free(sched.async);
+        if (sched.async) sched.async_free(sched.async);
         free(sched.watch_copy);
         free(sched.scratch);
         for (int i = 0; i < capacity; ++i) {
@@ -542,7 +543,7 @@ inline void block(Sched& s, Fiber* self) {
         throw Cancel{};
     }
     self->atomics = 0;
-    if (__builtin_expect(s.async_pending != 0, 0)) async_tick(s, self);  // a moment for copies in flight to land
+    if (__builtin_expect(s.async_pending != 0, 0)) s.async_tick(s, self);  // a moment for copies in flight to land
     Fiber* next = next_fiber(s);
     if (next == nullptr) {  // deadlock: recorded
         self->st = St::Running;
@@ -622,7 +623,7 @@ MPK_SIMT_NO_TSAN inline void fiber_main(void* arg) {
     if (!s.aborting) {
         try {
             s.fn(s.arg);
-            if (s.async_pending) async_thread_done(s, self);  // an exit with copies in flight is named
+            if (s.async_pending) s.async_done(s, self, "exits");  // an exit with copies in flight is named
         } catch (const Cancel&) {
         } catch (const Error& e) {
             TsanIgnore ignore;

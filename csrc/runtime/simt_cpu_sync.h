@@ -86,8 +86,6 @@ inline bool same_collective(const Fiber& a, const Fiber& b) {
            (a.op == Op::Syncwarp || same_site(a.file, a.line, b.file, b.line));
 }
 
-inline void matrix_complete(Sched& s, Fiber* lanes, Op op);  // mma, ldmatrix: simt_cpu_ptx.h
-
 // Every lane of `mask` has arrived at the same collective: compute each lane's result.
 inline void complete(Sched& s, Fiber* lanes, uint32_t mask) {
     const Fiber& f0 = lanes[__builtin_ctz(mask)];
@@ -95,8 +93,13 @@ inline void complete(Sched& s, Fiber* lanes, uint32_t mask) {
     switch (op) {
     case Op::MmaK16Bf16: case Op::MmaK16F16: case Op::MmaK8Bf16: case Op::MmaK8F16: case Op::MmaK32E4m3:
     case Op::LdmX1: case Op::LdmX2: case Op::LdmX4: case Op::LdmX1T: case Op::LdmX2T: case Op::LdmX4T:
-        matrix_complete(s, lanes, op);  // the whole warp (the wrappers' mask)
+    {   // the whole warp (the wrappers' mask). What a lane brings starts with the function that completes
+        // the instruction (simt_cpu_ptx.h's MatrixLane): a module that uses none compiles none of them.
+        void (*fn)(Sched&, Fiber*, Op);
+        memcpy(&fn, reinterpret_cast<const void*>(uintptr_t(f0.in)), sizeof fn);
+        fn(s, lanes, op);
         break;
+    }
     case Op::ShflIdx: case Op::ShflUp: case Op::ShflDown: case Op::ShflXor: {
         const int segmask = 32 - f0.width;  // PTX shfl.sync: c[12:8]
         for (uint32_t m = mask; m; m &= m - 1) {

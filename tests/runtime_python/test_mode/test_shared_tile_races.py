@@ -117,14 +117,17 @@ def results(request, tmp_path_factory) -> dict:
     runs = {"test_shared_tiles_under_thread_sanitizer": False, "test_plain_read_modify_write_is_a_race": True}
     wanted = [item.name for item in request.session.items if item.name in runs]
     folders = {name: str(tmp_path_factory.mktemp(name)) for name in wanted}
+    # Parsed here, once: CPython 3.11's ast.parse is not safe in two threads at once ("SystemError: AST
+    # constructor recursion depth mismatch", python/cpython#106905; it failed this fixture in a CI run).
+    layer_files = race_files()
 
     def one(name):
-        files = [f for f in race_files().values() if os.path.isfile(f)]
+        files = [f for f in layer_files.values() if os.path.isfile(f)]
         if not runs[name]:
             return run_under_sanitizer("thread", [CHILD, *files], TIMEOUT_S,
                                        env={"MPK_OUTPUT_DIR": folders[name]}), files, None
         csrc, line = mutated_csrc(folders[name])
-        files = [race_files()["splitk_linear"]]
+        files = [layer_files["splitk_linear"]]
         env = {"MPK_OUTPUT_DIR": folders[name], "MPK_CSRC_DIR": csrc}
         argv = [CHILD, *files, "-k", "float32"]          # the fp32 path only: the bf16 build is unchanged
         return run_under_sanitizer("thread", argv, TIMEOUT_S, env=env), files, line
