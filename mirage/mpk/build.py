@@ -33,8 +33,12 @@ REQUIRED_HEADERS = ("runtime/runtime.h", "runtime/entry.h", "runtime/abi.h")
 # -O1 (after the backend's -O2, so it wins): what both sanitizers' manuals recommend (less inlining,
 # exact reports), and a third less compile time per sanitized module than -O2 (4.9 s against 7.1 s
 # for a paged-attention module under ASan): the suite builds one per layer file per sanitizer.
-SANITIZERS = {"thread": ["-fsanitize=thread", "-g", "-O1"],
-              "address": ["-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1"]}
+# -g1: line tables and function descriptions (inlined frames included), which is all a report's
+# file:line needs, without the local variables' descriptions: 40% less compile time per sanitized
+# module (a linear module under TSan 3.1 s -> 1.9 s), the reports' frames unchanged (the sanitizer
+# tests assert them: tests/runtime_python/test_mode/test_kernel_sanitizers.py, test_sanitizers.py).
+SANITIZERS = {"thread": ["-fsanitize=thread", "-g1", "-O1"],
+              "address": ["-fsanitize=address", "-fno-omit-frame-pointer", "-g1", "-O1"]}
 
 
 @dataclass
