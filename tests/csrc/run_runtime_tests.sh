@@ -14,8 +14,8 @@ for mode in "${@:-plain small thread address}"; do
     case "$m" in
       plain)   flags=() ;;
       small)   flags=(-DMPK_QUEUE_CAPACITY_LIMIT=2) ;;
-      thread)  flags=(-g -fsanitize=thread) ;;
-      address) flags=(-g -fsanitize=address,undefined -fno-omit-frame-pointer) ;;
+      thread)  flags=(-g1 -fsanitize=thread) ;;
+      address) flags=(-g1 -fsanitize=address,undefined -fno-omit-frame-pointer) ;;
       *) echo "unknown mode $m (plain|small|thread|address)" >&2; exit 2 ;;
     esac
     for t in "${tests[@]}"; do

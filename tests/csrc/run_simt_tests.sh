@@ -36,8 +36,8 @@ for mode in "${@:-plain ucontext thread address refuse ptx aarch64}"; do
     case "$m" in
       plain)    flags=() ;;
       ucontext) flags=(-DMPK_SIMT_UCONTEXT=1) ;;
-      thread)   flags=(-g -fsanitize=thread) ;;
-      address)  flags=(-g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined) ;;
+      thread)   flags=(-g1 -fsanitize=thread) ;;
+      address)  flags=(-g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined) ;;
       aarch64)
         if ! command -v aarch64-linux-gnu-g++ >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
           echo "SKIP aarch64: needs aarch64-linux-gnu-g++ and qemu-aarch64 (Debian: g++-aarch64-linux-gnu qemu-user)"
@@ -52,10 +52,10 @@ for mode in "${@:-plain ucontext thread address refuse ptx aarch64}"; do
         echo "== ptx: ${ptx[*]}"
         "${ptx[@]}" -o "$out/test_ptx" && "$out/test_ptx"
         echo "== ptx under ThreadSanitizer"
-        "${ptx[@]}" -g -fsanitize=thread -o "$out/test_ptx_tsan"
+        "${ptx[@]}" -g1 -fsanitize=thread -o "$out/test_ptx_tsan"
         TSAN_OPTIONS="halt_on_error=1 exitcode=66" "$out/test_ptx_tsan"
         echo "== ptx under AddressSanitizer+UBSan"
-        "${ptx[@]}" -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
+        "${ptx[@]}" -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
           -o "$out/test_ptx_asan"
         ASAN_OPTIONS="detect_leaks=1" "$out/test_ptx_asan"
         continue ;;
