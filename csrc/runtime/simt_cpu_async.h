@@ -178,11 +178,16 @@ template <class Keep> inline void land_where(Sched& s, int thread, Keep keep) {
 
 // ---- the instructions (runtime/ptx.h)
 
+// The block running the calling fiber, for instruction `what` (outside one: the emulation's error).
+inline Sched& issuing_block(const char* what) {
+    Sched* sp = tl.s;
+    if (!sp || sp->cur == &sp->main) outside(what);
+    return *sp;
+}
+
 inline void cp_async(const char* form, void* dst, const void* src, uint32_t cp_size, uint32_t src_size,
                      const char* file, int line) {
-    Sched* sp = tl.s;
-    if (!sp || sp->cur == &sp->main) outside(form);
-    Sched& s = *sp;
+    Sched& s = issuing_block(form);
     Fiber* self = s.cur;
     TsanIgnore ignore;
     const int t = int(self->tid.x);
@@ -212,11 +217,9 @@ inline void cp_async(const char* form, void* dst, const void* src, uint32_t cp_s
 }
 
 inline void cp_async_commit_group(const char* file, int line) {
-    Sched* sp = tl.s;
-    if (!sp || sp->cur == &sp->main) outside("cp.async.commit_group");
-    Sched& s = *sp;
+    Sched& s = issuing_block("cp.async.commit_group");
     TsanIgnore ignore;
-    (void)file;
+    (void)file;  // (a failure while landing names the copy's own call site)
     (void)line;
     Async& a = async_of(s);  // an empty group counts too (wait_group's n counts groups)
     AsyncThread& th = a.threads[s.cur->tid.x];
@@ -228,11 +231,9 @@ inline void cp_async_commit_group(const char* file, int line) {
 
 // Every committed group of the thread but the n most recent has landed when it returns.
 inline void cp_async_wait_group(int n, const char* file, int line) {
-    Sched* sp = tl.s;
-    if (!sp || sp->cur == &sp->main) outside("cp.async.wait_group");
-    Sched& s = *sp;
+    Sched& s = issuing_block("cp.async.wait_group");
     TsanIgnore ignore;
-    (void)file;
+    (void)file;  // (a failure while landing names the copy's own call site)
     (void)line;
     if (!s.async_pending) return;
     Async& a = *s.async;

@@ -19,27 +19,15 @@
 #include <string>
 #include <vector>
 
-#include "check.h"
+#include "simt_check.h"
 
 using mpk::simt::Block;
 using mpk::simt::Error;
 using mpk::simt::run_block;
 
-template <class F> static std::string error_of(const Block& b, F&& body) {
-    try {
-        run_block(b, body);
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
-static bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 // Records the next line from inside a kernel: every thread stores it, so atomically.
 #define NEXT_LINE(var) __atomic_store_n(&(var), __LINE__ + 1, __ATOMIC_RELAXED)
 static std::string at_line(int line) { return "test_ptx.cpp:" + std::to_string(line); }
-static void report(const char* name, int before, const std::string& detail = "") {
-    printf("%-44s %s%s%s\n", name, g_failures == before ? "PASS" : "FAIL", detail.empty() ? "" : "  ", detail.c_str());
-}
 static uint64_t next(uint64_t& x) {
     x ^= x << 13;
     x ^= x >> 7;

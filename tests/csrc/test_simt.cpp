@@ -23,7 +23,7 @@
 
 // ---- harness
 
-#include "check.h"
+#include "simt_check.h"
 
 #if defined(__SANITIZE_THREAD__)
 constexpr bool kTsan = true;
@@ -40,23 +40,9 @@ using mpk::simt::Block;
 using mpk::simt::Error;
 using mpk::simt::run_block;
 
-// Runs a block and returns its error message ("" when it finished cleanly).
-template <class F> static std::string error_of(const Block& b, F&& body) {
-    try {
-        run_block(b, body);
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
-static bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 // Records the current line from inside a kernel: many threads store it, so atomically.
 #define HERE(var) __atomic_store_n(&(var), __LINE__, __ATOMIC_RELAXED)
 static std::string at_line(int line) { return "test_simt.cpp:" + std::to_string(line); }
-
-static void report(const char* name, int before, const std::string& detail = "") {
-    printf("%-44s %s%s%s\n", name, g_failures == before ? "PASS" : "FAIL", detail.empty() ? "" : "  ", detail.c_str());
-}
 
 // ---- indices, barriers
 
