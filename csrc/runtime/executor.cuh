@@ -43,14 +43,9 @@
 #include <time.h>
 #endif
 
-// The protocol's own functions are not inlined into the worker loop under nvcc: they run once per
-// task or less, and inlined they would add to the worker loop's registers (the task kernels are
-// functions of their own too: mpk::call_task, runtime/simt.h).
-#if defined(__CUDACC__)
-#define MPK_NOINLINE __noinline__
-#else
-#define MPK_NOINLINE __attribute__((noinline))
-#endif
+// The protocol's own functions are not inlined into the worker loop under nvcc (MPK_NOINLINE,
+// runtime/platform.h): they run once per task or less, and inlined they would add to the worker loop's
+// registers (the task kernels are functions of their own too: mpk::call_task, runtime/simt.h).
 
 namespace mpk {
 namespace exec {

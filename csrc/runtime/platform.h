@@ -4,8 +4,14 @@
 #define MPK_HOST_DEVICE __host__ __device__
 #define MPK_DEVICE __device__
 #define MPK_INLINE __forceinline__
+#define MPK_NOINLINE __noinline__
 #else
 #define MPK_HOST_DEVICE
 #define MPK_DEVICE
 #define MPK_INLINE inline
+#define MPK_NOINLINE __attribute__((noinline))
 #endif
+// MPK_NOINLINE keeps a function out of its callers: the executor's protocol steps (executor.cuh) and the
+// cold paths that compose an error message (text.h, tasks/common.cuh task_fail). Under nvcc an inlined
+// message is a 64-bit division loop in every kernel that can fail, which ptxas then allocates with the
+// kernel's hot loop (compile time, registers) for a path that runs at most once per launch.

@@ -129,7 +129,7 @@ template <typename F> MPK_DEVICE MPK_INLINE void for_each_chunk(int64_t rows, in
 // The record of the launch, claimed for this thread's task: false when there is none to claim (an
 // earlier failure keeps it). A view without a record (a C++ kernel test): the CPU throws
 // std::runtime_error(what), nvcc traps.
-MPK_DEVICE inline bool claim_failure(const TaskView& v, const char* what) {
+MPK_DEVICE MPK_NOINLINE inline bool claim_failure(const TaskView& v, const char* what) {
     TaskFailure* f = v.failure;
     if (f == nullptr) {
 #if defined(__CUDACC__)
@@ -144,15 +144,17 @@ MPK_DEVICE inline bool claim_failure(const TaskView& v, const char* what) {
     return true;
 }
 
-MPK_DEVICE inline void task_fail(const TaskView& v, const char* what) {
+MPK_DEVICE MPK_NOINLINE inline void task_fail(const TaskView& v, const char* what) {
     if (claim_failure(v, what)) Text(v.failure->message, kTaskFailureBytes).s(what);
 }
 
 // task_fail with a message that names numbers: write(text) appends to a Text (runtime/text.h) built in
 // the record itself, so no message buffer lives on the failing thread's stack (a GPU thread's local array
 // is a stack frame in the kernel). Without a record, the CPU builds it in a local buffer to throw it.
+// Out of line like task_fail (MPK_NOINLINE, runtime/platform.h): the message is built once per launch at
+// most, and its text calls stay out of the task's hot code.
 template <typename Write>
-MPK_DEVICE inline void task_fail_text(const TaskView& v, Write write) {
+MPK_DEVICE MPK_NOINLINE void task_fail_text(const TaskView& v, Write write) {
 #if !defined(__CUDACC__)
     if (v.failure == nullptr) {
         char msg[kTaskFailureBytes];

@@ -51,7 +51,7 @@ struct AttnRequest {
 // value named with its numbers, written into the launch's record (common.cuh task_fail_text: no buffer on
 // the thread's stack, no snprintf on the device). The first failure of the launch wins; task_fail_text
 // returns, and the caller goes on with an empty request or skips the slot.
-MPK_DEVICE inline void attn_fail(const TaskView& v, const char* name, int64_t i, int64_t value, const char* why,
+MPK_DEVICE MPK_NOINLINE inline void attn_fail(const TaskView& v, const char* name, int64_t i, int64_t value, const char* why,
                                  int64_t bound) {
     task_fail_text(v, [&](Text& t) {
         t.s("paged_attention: meta tensor '").s(name).s("'[").i(i).s("] = ").i(value).s(" ").s(why).i(bound).s(")");

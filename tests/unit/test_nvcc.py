@@ -35,8 +35,10 @@ STACK_BUDGET = 0
 # The executor's functions that run off the hot path and under the full calling convention: the failure
 # path, and TaskView::wait / ::signal (called through the view's function pointers, so every register
 # they use is saved as the ABI says). ptxas spills a few bytes there (wait_peer about 100 B while a
-# rank waits for its peer); anything else spilling fails.
-COLD_ABI = {"mpk::exec::fail", "mpk::exec::wait_peer", "mpk::exec::signal_peer"}
+# rank waits for its peer); and the message writers of a failure (runtime/text.h's appends, out of line
+# so that no task or protocol step carries a copy). Anything else spilling fails.
+COLD_ABI = {"mpk::exec::fail", "mpk::exec::wait_peer", "mpk::exec::signal_peer",
+            "mpk::Text::i", "mpk::Text::s"}
 COLD_ABI_SPILL_BUDGET = 128
 TASK = "void mpk::call_task<"      # the function MPK_RUN_TASK calls under nvcc (runtime/simt.h), demangled
 
