@@ -19,7 +19,8 @@ namespace detail {
 
 // ---- the block
 
-inline void run(const Block& b, void (*fn)(void*), void* arg) {
+#if MPK_SIMT_DEFINE_SLOW_PATHS
+MPK_SIMT_SLOW void run(const Block& b, void (*fn)(void*), void* arg) {
     if (b.threads < 32 || b.threads > 1024 || b.threads % 32)
         throw Error("mpk::simt::run_block: " + std::to_string(b.threads) +
                     " threads; a block has a multiple of 32 threads, at most 1024");
@@ -119,6 +120,9 @@ inline void run(const Block& b, void (*fn)(void*), void* arg) {
         throw Error("a write past the end of the block's " + std::to_string(b.smem_bytes) +
                     " bytes of dynamic shared memory (the canary after it changed)");
 }
+#else
+void run(const Block& b, void (*fn)(void*), void* arg);
+#endif
 
 inline Sched& current(const char* what) {
     Sched* s = tl.s;

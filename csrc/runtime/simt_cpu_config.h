@@ -7,6 +7,20 @@
 #endif
 
 
+// The emulation's slow paths (a block's start and end, a fiber switch, the deadlock diagnosis, thread
+// and site names) are defined in one object of a two-object CPU module, the runtime's, compiled once
+// per flags and cached (mirage/mpk/build.py). The dispatcher's object (MPK_DISPATCHER_OBJECT, one per
+// generated module) only declares them and calls them: it compiles its task kernels and the inline
+// fast paths, not the scheduler again (0.3-0.6 s of g++ per module; one copy ends up in the module
+// either way). Every other build defines them here. MPK_SIMT_SLOW: one out-of-line copy, emitted
+// even where this object does not call it, for the other object's calls.
+#if defined(MPK_DISPATCHER_OBJECT)
+#define MPK_SIMT_DEFINE_SLOW_PATHS 0
+#else
+#define MPK_SIMT_DEFINE_SLOW_PATHS 1
+#endif
+#define MPK_SIMT_SLOW inline __attribute__((noinline, used))
+
 #if defined(__SANITIZE_THREAD__)
 #define MPK_SIMT_TSAN 1
 #elif defined(__has_feature)

@@ -221,18 +221,26 @@ inline const char* base_name(const char* path) {
         if (*p == '/' || *p == '\\') b = p + 1;
     return b;
 }
-inline std::string site(const char* file, int line) {
+#if MPK_SIMT_DEFINE_SLOW_PATHS
+MPK_SIMT_SLOW std::string site(const char* file, int line) {
     return std::string(base_name(file)) + ":" + std::to_string(line);
 }
+#else
+std::string site(const char* file, int line);
+#endif
 inline std::string hex(uint32_t m) {
     char b[16];
     snprintf(b, sizeof b, "0x%08x", m);
     return b;
 }
-inline std::string thread_name(const Fiber* f) {
+#if MPK_SIMT_DEFINE_SLOW_PATHS
+MPK_SIMT_SLOW std::string thread_name(const Fiber* f) {
     return "threadIdx.x " + std::to_string(f->tid.x) + " (warp " + std::to_string(f->tid.x / 32) +
            ", lane " + std::to_string(f->tid.x % 32) + ")";
 }
+#else
+std::string thread_name(const Fiber* f);
+#endif
 inline bool same_site(const char* f1, int l1, const char* f2, int l2) {
     return l1 == l2 && (f1 == f2 || strcmp(f1, f2) == 0);
 }
@@ -501,9 +509,13 @@ template <bool kDebug> inline Fiber* next_fiber_as(Sched& s) {
         return nullptr;
     }
 }
-inline Fiber* next_fiber(Sched& s) {
+#if MPK_SIMT_DEFINE_SLOW_PATHS
+MPK_SIMT_SLOW Fiber* next_fiber(Sched& s) {
     return __builtin_expect(s.debug, 0) ? next_fiber_as<true>(s) : next_fiber_as<false>(s);
 }
+#else
+Fiber* next_fiber(Sched& s);
+#endif
 
 // While stopping: a started fiber that still has frames to unwind, else main.
 inline Fiber* unwind_next(Sched& s) {
@@ -536,7 +548,8 @@ inline void switch_to(Sched& s, Fiber* from, Fiber* to) {
 }
 
 // Block the running fiber (its state already says why) until it is scheduled again.
-inline void block(Sched& s, Fiber* self) {
+#if MPK_SIMT_DEFINE_SLOW_PATHS
+MPK_SIMT_SLOW void block(Sched& s, Fiber* self) {
     if (s.aborting) {
         self->st = St::Running;
         if (std::uncaught_exceptions()) return;  // a destructor during unwinding: do not switch
@@ -556,6 +569,9 @@ inline void block(Sched& s, Fiber* self) {
         throw Cancel{};
     }
 }
+#else
+void block(Sched& s, Fiber* self);
+#endif
 
 // A fiber's last switch: its stack is never resumed (ASan drops its fake stack).
 [[noreturn]] MPK_SIMT_NO_TSAN inline void exit_to(Sched& s, Fiber* self, Fiber* to) {
@@ -581,7 +597,8 @@ inline void block(Sched& s, Fiber* self) {
     __builtin_unreachable();
 }
 
-[[noreturn]] MPK_SIMT_NO_TSAN inline void on_exit(Sched& s, Fiber* self) {
+#if MPK_SIMT_DEFINE_SLOW_PATHS
+[[noreturn]] MPK_SIMT_NO_TSAN MPK_SIMT_SLOW void on_exit(Sched& s, Fiber* self) {
     const int t = int(self->tid.x), lane = t & 31;
     Warp& w = s.warps[t >> 5];
     self->st = St::Exited;
@@ -601,8 +618,12 @@ inline void block(Sched& s, Fiber* self) {
     if (next == nullptr) next = unwind_next(s);
     exit_to(s, self, next);
 }
+#else
+[[noreturn]] void on_exit(Sched& s, Fiber* self);
+#endif
 
-MPK_SIMT_NO_TSAN inline void fiber_main(void* arg) {
+#if MPK_SIMT_DEFINE_SLOW_PATHS
+MPK_SIMT_NO_TSAN MPK_SIMT_SLOW void fiber_main(void* arg) {
     Fiber* self = static_cast<Fiber*>(arg);
     Sched* sp;
     {
@@ -643,6 +664,9 @@ MPK_SIMT_NO_TSAN inline void fiber_main(void* arg) {
     tsan_release(&s.cell_end);
     on_exit(s, self);
 }
+#else
+void fiber_main(void* arg);
+#endif
 #if MPK_SIMT_UCONTEXT
 inline void fiber_main_uc() { fiber_main(tl.s->cur); }
 #endif

@@ -233,7 +233,8 @@ inline uint64_t collective(Op op, uint32_t mask, uint64_t in, int arg, int width
 }
 
 // Nothing can run and not every thread has exited: say who waits where.
-inline std::string diagnose(Sched& s) {
+#if MPK_SIMT_DEFINE_SLOW_PATHS
+MPK_SIMT_SLOW std::string diagnose(Sched& s) {
     struct Group { std::string what; int count; bool barrier; };
     Group groups[64];
     int ngroups = 0, extra = 0;
@@ -279,6 +280,9 @@ inline std::string diagnose(Sched& s) {
     if (s.exited) msg += (first ? "" : ", ") + std::to_string(s.exited) + " exited";
     return msg;
 }
+#else
+std::string diagnose(Sched& s);
+#endif
 
 template <class T> inline uint64_t to_bits(const T& v) {
     static_assert(std::is_trivially_copyable<T>::value && sizeof(T) <= 8, "a 1-, 2-, 4- or 8-byte value");

@@ -180,7 +180,8 @@ _CHECKSUM = "module.sha256"
 # executor, the SIMT emulation's scheduler, the entry points: nine tenths of a module's compile time,
 # 2.7 of 2.8 s at -O2 and 5.0 of 5.2 s under ASan for identity's), compiled from RUNTIME_TU once per
 # (flags, csrc/, compiler) and cached as an entry of its own, and the dispatcher's: the generated source
-# with -DMPK_DISPATCHER_OBJECT (csrc/runtime/runtime_object.h). Built alone, the generated source is
+# with -DMPK_DISPATCHER_OBJECT (csrc/runtime/runtime_object.h), which declares the emulation's slow
+# paths instead of compiling them again (csrc/runtime/simt_cpu_config.h). Built alone, the generated source is
 # still a whole module: the by-hand command in its header, and nvcc's build.
 RUNTIME_OBJECT = "runtime.o"
 RUNTIME_TU = '#include "runtime/runtime_object.h"\n'
