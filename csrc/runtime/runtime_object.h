@@ -4,6 +4,7 @@
 // entry points call the dispatcher through these declarations.
 #pragma once
 #include "runtime.h"
+#include "ptx.h"   // the instructions' emulation: its slow paths are this object's (simt_cpu_config.h)
 namespace mpk_generated {
 bool execute_task(const mpk::TaskView& v);
 void inject_fault(const mpk::TaskView& v, int32_t kind, int64_t element, double x);

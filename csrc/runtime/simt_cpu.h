@@ -32,8 +32,8 @@
 //   simt_cpu_sync.h       barriers, warp collectives, their checks and the deadlock diagnosis
 //   simt_cpu_block.h      run_block, mpk::smem, the executor's BlockRef / task_barrier / MPK_RUN_TASK
 //   simt_cpu_cuda.h       the CUDA builtins: threadIdx, __syncthreads, __shfl_*_sync, atomics, math
-// and, included by runtime/ptx.h only (a module that uses no tensor-core or cp.async instruction does not
-// compile them):
+// and, included by runtime/ptx.h only (a module's dispatcher that uses no tensor-core or cp.async
+// instruction does not compile them; their slow paths are the runtime object's, simt_cpu_config.h):
 //   simt_cpu_async.h      cp.async: copies in flight, their groups, the seeded landing, their checks
 //   simt_cpu_ptx.h        mma.sync and ldmatrix as warp collectives (the PTX ISA's fragment layouts)
 #pragma once

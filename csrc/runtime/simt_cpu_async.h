@@ -60,8 +60,8 @@ struct Async {
     uint64_t rng = 1;
 };
 inline void async_free(Async* a) { delete a; }
-inline void async_tick(Sched& s, Fiber* self);
-inline void async_thread_done(Sched& s, Fiber* self, const char* what);
+void async_tick(Sched& s, Fiber* self);  // (defined below, as fiber_main is: simt_cpu_sched.h)
+void async_thread_done(Sched& s, Fiber* self, const char* what);
 
 // The block's copy state, set up by its first cp.async instruction. The mode comes from the
 // block's schedule stream drawn once more (the stream itself is untouched).
@@ -185,7 +185,8 @@ inline Sched& issuing_block(const char* what) {
     return *sp;
 }
 
-inline void cp_async(const char* form, void* dst, const void* src, uint32_t cp_size, uint32_t src_size,
+#if MPK_SIMT_DEFINE_SLOW_PATHS
+MPK_SIMT_SLOW void cp_async(const char* form, void* dst, const void* src, uint32_t cp_size, uint32_t src_size,
                      const char* file, int line) {
     Sched& s = issuing_block(form);
     Fiber* self = s.cur;
@@ -215,8 +216,13 @@ inline void cp_async(const char* form, void* dst, const void* src, uint32_t cp_s
     a.threads[size_t(t)].copies.push_back(AsyncCopy{const_cast<char*>(d), sr, cp_size, src_size, kOpen, file, line, form});
     ++s.async_pending;
 }
+#else
+void cp_async(const char* form, void* dst, const void* src, uint32_t cp_size, uint32_t src_size,
+              const char* file, int line);
+#endif
 
-inline void cp_async_commit_group(const char* file, int line) {
+#if MPK_SIMT_DEFINE_SLOW_PATHS
+MPK_SIMT_SLOW void cp_async_commit_group(const char* file, int line) {
     Sched& s = issuing_block("cp.async.commit_group");
     TsanIgnore ignore;
     (void)file;  // (a failure while landing names the copy's own call site)
@@ -228,9 +234,13 @@ inline void cp_async_commit_group(const char* file, int line) {
         if (c.group == kOpen) c.group = g;
     if (a.mode == 0) land_where(s, int(s.cur->tid.x), [&](uint32_t grp) { return grp != g; });
 }
+#else
+void cp_async_commit_group(const char* file, int line);
+#endif
 
 // Every committed group of the thread but the n most recent has landed when it returns.
-inline void cp_async_wait_group(int n, const char* file, int line) {
+#if MPK_SIMT_DEFINE_SLOW_PATHS
+MPK_SIMT_SLOW void cp_async_wait_group(int n, const char* file, int line) {
     Sched& s = issuing_block("cp.async.wait_group");
     TsanIgnore ignore;
     (void)file;  // (a failure while landing names the copy's own call site)
@@ -240,9 +250,13 @@ inline void cp_async_wait_group(int n, const char* file, int line) {
     const uint32_t committed = a.threads[s.cur->tid.x].committed;
     land_where(s, int(s.cur->tid.x), [&](uint32_t g) { return g == kOpen || g + uint32_t(n) >= committed; });
 }
+#else
+void cp_async_wait_group(int n, const char* file, int line);
+#endif
 
 // At a blocking point of `self` (block(), simt_cpu_sched.h), in mode 2: each committed group lands by a draw.
-inline void async_tick(Sched& s, Fiber* self) {
+#if MPK_SIMT_DEFINE_SLOW_PATHS
+MPK_SIMT_SLOW void async_tick(Sched& s, Fiber* self) {
     if (self == &s.main) return;
     Async& a = *s.async;
     if (a.mode != 2) return;
@@ -258,9 +272,13 @@ inline void async_tick(Sched& s, Fiber* self) {
     }
     if (lands) land_where(s, int(self->tid.x), [&](uint32_t g) { return g == kOpen || !((lands >> (g % 32)) & 1); });
 }
+#else
+void async_tick(Sched& s, Fiber* self);
+#endif
 
 // The thread's task ended (the executor's run_task) or the thread is exiting: nothing may be in flight.
-inline void async_thread_done(Sched& s, Fiber* self, const char* what) {
+#if MPK_SIMT_DEFINE_SLOW_PATHS
+MPK_SIMT_SLOW void async_thread_done(Sched& s, Fiber* self, const char* what) {
     TsanIgnore ignore;
     const std::vector<AsyncCopy>& v = s.async->threads[self->tid.x].copies;
     if (v.empty()) return;
@@ -268,6 +286,9 @@ inline void async_thread_done(Sched& s, Fiber* self, const char* what) {
                 (v.size() == 1 ? "y" : "ies") + " in flight, the first " + copy_text(v[0], int(self->tid.x)) +
                 ": a cp.async.wait_group / wait_all must cover every group before the task ends");
 }
+#else
+void async_thread_done(Sched& s, Fiber* self, const char* what);
+#endif
 
 }  // namespace detail
 #pragma GCC visibility pop

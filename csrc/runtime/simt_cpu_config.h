@@ -14,6 +14,8 @@
 // fast paths, not the scheduler again (0.3-0.6 s of g++ per module; one copy ends up in the module
 // either way). Every other build defines them here. MPK_SIMT_SLOW: one out-of-line copy, emitted
 // even where this object does not call it, for the other object's calls.
+// The cp.async, ldmatrix and mma emulation's (runtime/ptx.h) are among them: the runtime's object
+// includes ptx.h (runtime_object.h) for them.
 #if defined(MPK_DISPATCHER_OBJECT)
 #define MPK_SIMT_DEFINE_SLOW_PATHS 0
 #else

@@ -94,7 +94,8 @@ template <int K, class Dec> inline void mma_complete(Fiber* lanes) {
     }
 }
 
-inline void ldmatrix_complete(Sched& s, Fiber* lanes, Op op) {
+#if MPK_SIMT_DEFINE_SLOW_PATHS
+MPK_SIMT_SLOW void ldmatrix_complete(Sched& s, Fiber* lanes, Op op) {
     const int n = op == Op::LdmX1 || op == Op::LdmX1T ? 1 : op == Op::LdmX2 || op == Op::LdmX2T ? 2 : 4;
     const bool trans = op == Op::LdmX1T || op == Op::LdmX2T || op == Op::LdmX4T;
     const Fiber& f0 = lanes[0];
@@ -126,8 +127,12 @@ inline void ldmatrix_complete(Sched& s, Fiber* lanes, Op op) {
         }
     }
 }
+#else
+void ldmatrix_complete(Sched& s, Fiber* lanes, Op op);
+#endif
 
-inline void matrix_complete(Sched& s, Fiber* lanes, Op op) {
+#if MPK_SIMT_DEFINE_SLOW_PATHS
+MPK_SIMT_SLOW void matrix_complete(Sched& s, Fiber* lanes, Op op) {
     switch (op) {
     case Op::MmaK16Bf16: mma_complete<16, DecBf16>(lanes); break;
     case Op::MmaK16F16: mma_complete<16, DecF16>(lanes); break;
@@ -137,6 +142,9 @@ inline void matrix_complete(Sched& s, Fiber* lanes, Op op) {
     default: ldmatrix_complete(s, lanes, op); break;
     }
 }
+#else
+void matrix_complete(Sched& s, Fiber* lanes, Op op);
+#endif
 
 // The calling lane's part of an mma or ldmatrix; returns when the warp's instruction completed.
 inline void matrix_op(Op op, const MatrixLane& args, const char* file, int line) {
