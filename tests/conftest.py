@@ -34,6 +34,15 @@ LONGEST_FIRST = ["unit/test_csrc.py", "runtime_python/test_mode/test_layers_mult
                  "runtime_python/test_mode/test_poison_controls.py"]
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker more than the cores. About a tenth of a 2-core run's core-seconds were idle
+    with one worker per core: tests waiting on timers and hand-offs rather than computing (the runtime
+    protocol test's threads, jitter and backoff sleeps, watchdog and interrupt tests, mpiexec start-up),
+    which a third worker fills (benchmarks/README.md, "The whole test suite": 15:08 -> 14:20 on the
+    same tree, the files' CPU unchanged)."""
+    return (os.cpu_count() or 1) + 1
+
+
 def pytest_configure(config):
     # pytest-xdist (3.6+) reorders --dist loadfile's files by their number of tests unless told not to,
     # which put the three-test launch-plan file (the longest) near the end of the run, 17 minutes in
