@@ -15,7 +15,9 @@
 // either way). Every other build defines them here. MPK_SIMT_SLOW: one out-of-line copy, emitted
 // even where this object does not call it, for the other object's calls.
 // The cp.async, ldmatrix and mma emulation's (runtime/ptx.h) are among them: the runtime's object
-// includes ptx.h (runtime_object.h) for them.
+// includes ptx.h (runtime_object.h) for them. A declaration without `inline` in one object and an inline
+// definition in the other name the same hidden symbol (GCC and Clang on ELF); were a definition ever
+// missing, the module would fail to load (ctypes loads with RTLD_NOW) rather than run.
 #if defined(MPK_DISPATCHER_OBJECT)
 #define MPK_SIMT_DEFINE_SLOW_PATHS 0
 #else
