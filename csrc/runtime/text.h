@@ -2,7 +2,7 @@
 // std::string nor snprintf exists (device code: the request manager in meta.h and the executor in
 // executor.cuh compose their errors on the GPU too; docs/runtime.md). Truncates silently at the
 // buffer's end, always NUL-terminated. Its appends are functions of their own (MPK_NOINLINE,
-// platform.h): a message is a cold path, and inlined its 64-bit divisions would be in every caller.
+// platform.h): a message is a cold path, and inlined its loops would be compiled into every caller.
 //     char buf[128];
 //     Text(buf, sizeof buf).s("request ").i(r).s(" needs ").i(n).s(" pages");
 // A Text over (nullptr, 0) drops everything (a message that lost to an earlier one).
