@@ -54,16 +54,25 @@ namespace linear_detail {
 constexpr int COLS = 4;                       // output columns (W rows) per warp per group
 constexpr int RED_STRIDE = 33;                // floats per output in the reduction array
 constexpr int RED_FLOATS = 32 * RED_STRIDE;   // per warp: up to 32 outputs x 32 lanes, padded
+// Shared memory per warp on either path (a fused kernel keeps its own data after warps x this).
+constexpr size_t SMEM_PER_WARP = RED_FLOATS * sizeof(float);
+static_assert(mma_linear_detail::WARP_BYTES <= SMEM_PER_WARP, "the tensor-core path fits the SIMT path's need");
 
-// How x's elements become the GEMM's fp32 operand: PlainX reads them; a fused variant
-// (silu_mul_linear_with_residual.cuh) computes them from two elements.
+// How x's elements become the GEMM's fp32 operand, by row b and column k of x's tile: PlainX reads
+// them; a fused variant computes them (silu_mul_linear_with_residual.cuh from two elements,
+// rmsnorm_linear.cuh from an element, its row's 1/rms and a norm weight). load<N>: the N elements
+// from k (the vector path: k a multiple of N, a 16-byte-aligned row of unit column stride); at: one.
 template <typename T> struct PlainX {
-    template <int N> MPK_DEVICE MPK_INLINE void load(const T* p, float* out) const {
-        const Pack<T, N> q = load_pack<T, N>(p);
+    const T* x;
+    Tile2D xt;
+    template <int N> MPK_DEVICE MPK_INLINE void load(int64_t b, int64_t k, float* out) const {
+        const Pack<T, N> q = load_pack<T, N>(x + b * xt.row_stride + k);
         MPK_UNROLL
         for (int i = 0; i < N; ++i) out[i] = to_float(q.e[i]);
     }
-    MPK_DEVICE MPK_INLINE float at(const T* p) const { return to_float(*p); }
+    MPK_DEVICE MPK_INLINE float at(int64_t b, int64_t k) const {
+        return to_float(x[b * xt.row_stride + k * xt.col_stride]);
+    }
 };
 
 // How an output's fp32 sum reaches y: Store rounds it once to T and stores it; splitk_linear.cuh
@@ -72,13 +81,13 @@ template <typename T> struct Store {
     MPK_DEVICE MPK_INLINE void operator()(T* p, float sum) const { *p = from_float<T>(sum); }
 };
 
-// One chunk of ROWS batch rows (x, r, y point at its first row), every column of the tile.
+// One chunk of ROWS batch rows from row b0 (r, y point at row b0), every column of the tile; x [B, k_len].
 template <typename T, int ROWS, bool VEC, typename XS, typename ST>
-MPK_DEVICE void rows_chunk(const T* x, const Tile2D& xt, const T* w, const Tile2D& wt, const T* r, const Tile2D& rt,
+MPK_DEVICE void rows_chunk(int64_t b0, int64_t k_len, const T* w, const Tile2D& wt, const T* r, const Tile2D& rt,
                            T* y, const Tile2D& yt, float* red, const XS& xs, const ST& st) {
     constexpr int V = PACK16<T>;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    const int64_t n = yt.cols, k_len = xt.cols;
+    const int64_t n = yt.cols;
     const int64_t k_vec = VEC ? k_len / V * V : 0;  // [0, k_vec): 16-byte loads
     for (int64_t c0 = int64_t(warp) * COLS; c0 < n; c0 += int64_t(warps) * COLS) {
         const T* wr[COLS];
@@ -99,19 +108,15 @@ MPK_DEVICE void rows_chunk(const T* x, const Tile2D& xt, const T* w, const Tile2
                     MPK_UNROLL
                     for (int i = 0; i < V; ++i) wf[i][c] = to_float(q.e[i]);
                 }
+                float xf[ROWS][V];
                 MPK_UNROLL
-                for (int b = 0; b < ROWS; ++b) {
-                    float xf[V];
-                    xs.template load<V>(x + b * xt.row_stride + k, xf);
+                for (int b = 0; b < ROWS; ++b) xs.template load<V>(b0 + b, k, xf[b]);
+                MPK_UNROLL
+                for (int i = 0; i < V; ++i)
                     MPK_UNROLL
-                    for (int i = 0; i < V; ++i) {
-                        const float xv = xf[i];
-                        // Not forced to unroll: g++ -O2 vectorizes this loop (one 4-wide multiply-add
-                        // over the COLS columns, same order per output); nvcc unrolls it anyway
-                        // (ptxas: no stack frame, so acc stays in registers).
-                        for (int c = 0; c < COLS; ++c) acc[b][c] += xv * wf[i][c];
-                    }
-                }
+                    for (int b = 0; b < ROWS; ++b)
+                        MPK_UNROLL
+                        for (int c = 0; c < COLS; ++c) acc[b][c] += xf[b][i] * wf[i][c];
             }
         }
         // the scalar path, or the vector path's tail (fewer than V elements)
@@ -121,7 +126,7 @@ MPK_DEVICE void rows_chunk(const T* x, const Tile2D& xt, const T* w, const Tile2
             for (int c = 0; c < COLS; ++c) wf[c] = to_float(wr[c][k * wt.col_stride]);
             MPK_UNROLL
             for (int b = 0; b < ROWS; ++b) {
-                const float xv = xs.at(x + b * xt.row_stride + k * xt.col_stride);
+                const float xv = xs.at(b0 + b, k);
                 for (int c = 0; c < COLS; ++c) acc[b][c] += xv * wf[c];  // vectorized by g++ as above
             }
         }
@@ -145,25 +150,24 @@ MPK_DEVICE void rows_chunk(const T* x, const Tile2D& xt, const T* w, const Tile2
 }
 
 template <typename T, bool VEC, typename XS, typename ST>
-MPK_DEVICE void all_rows(const T* x, const Tile2D& xt, const T* w, const Tile2D& wt, const T* r, const Tile2D& rt,
-                         T* y, const Tile2D& yt, float* red, const XS& xs, const ST& st) {
+MPK_DEVICE void all_rows(int64_t k_len, const T* w, const Tile2D& wt, const T* r, const Tile2D& rt, T* y,
+                         const Tile2D& yt, float* red, const XS& xs, const ST& st) {
     // Chunks of 8, then 4, 2, 1 rows; every thread takes the same branches (uniform).
     for (int64_t b0 = 0; b0 < yt.rows;) {
         const int64_t left = yt.rows - b0;
-        const T* xb = x + b0 * xt.row_stride;
         const T* rb = r ? r + b0 * rt.row_stride : nullptr;
         T* yb = y + b0 * yt.row_stride;
         if (left >= 8) {
-            rows_chunk<T, 8, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red, xs, st);
+            rows_chunk<T, 8, VEC>(b0, k_len, w, wt, rb, rt, yb, yt, red, xs, st);
             b0 += 8;
         } else if (left >= 4) {
-            rows_chunk<T, 4, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red, xs, st);
+            rows_chunk<T, 4, VEC>(b0, k_len, w, wt, rb, rt, yb, yt, red, xs, st);
             b0 += 4;
         } else if (left >= 2) {
-            rows_chunk<T, 2, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red, xs, st);
+            rows_chunk<T, 2, VEC>(b0, k_len, w, wt, rb, rt, yb, yt, red, xs, st);
             b0 += 2;
         } else {
-            rows_chunk<T, 1, VEC>(xb, xt, w, wt, rb, rt, yb, yt, red, xs, st);
+            rows_chunk<T, 1, VEC>(b0, k_len, w, wt, rb, rt, yb, yt, red, xs, st);
             b0 += 1;
         }
     }
@@ -178,29 +182,27 @@ template <typename T> MPK_DEVICE MPK_INLINE bool rows_aligned16(const T* p, cons
 
 }  // namespace linear_detail
 
-// y = x @ W^T (+ residual when `residual` is not null), x's elements as xs gives them; vec: x's
-// and W's rows allow the vector path (the caller checks every pointer xs reads through); st: how
-// each output's fp32 sum reaches y (Store: rounded once and stored); tensor_cores: the layer asks for
-// the tensor-core path (mma_linear.cuh), taken for bf16 / fp16 when x's rows (vec) and W's are 16-byte
-// aligned and contiguous with K % 8 == 0.
+// y = x @ W^T (+ residual when `residual` is not null) for x [yt.rows, k_len], x's elements as xs
+// gives them; vec: x's rows allow the vector path (the caller checks every pointer xs reads through:
+// PlainX's x rows, rows_aligned16); st: how each output's fp32 sum reaches y (Store: rounded once and
+// stored); tensor_cores: the layer asks for the tensor-core path (mma_linear.cuh), taken for bf16 /
+// fp16 when x's rows (vec) and W's are 16-byte aligned and contiguous with K % 8 == 0.
+// Shared memory: [0, warps x linear_detail::SMEM_PER_WARP) of the dynamic shared memory.
 template <typename T, typename XS, typename ST = linear_detail::Store<T>>
-MPK_DEVICE void linear_rows(const T* x, const Tile2D& xt, const T* w, const Tile2D& wt, const T* residual,
-                            const Tile2D& rt, T* y, const Tile2D& yt, const XS& xs, bool vec, const ST& st = ST{},
-                            bool tensor_cores = false) {
+MPK_DEVICE void linear_rows(int64_t k_len, const T* w, const Tile2D& wt, const T* residual, const Tile2D& rt, T* y,
+                            const Tile2D& yt, const XS& xs, bool vec, const ST& st = ST{}, bool tensor_cores = false) {
     using namespace linear_detail;
     if constexpr (sizeof(T) == 2) {
-        constexpr bool plain = std::is_same<XS, PlainX<T>>::value;
-        // (a computed x: vec says the caller checked the rows it reads through)
-        if (tensor_cores && vec && rows_aligned16(w, wt) && (!plain || rows_aligned16(x, xt)) && xt.cols % 8 == 0) {
-            mma_linear_rows<T, plain>(x, xt, w, wt, residual, rt, y, yt, xs, st);
+        if (tensor_cores && vec && rows_aligned16(w, wt) && k_len % 8 == 0) {
+            mma_linear_rows<T, std::is_same<XS, PlainX<T>>::value>(k_len, w, wt, residual, rt, y, yt, xs, st);
             return;
         }
     }
     float* red = smem<float>(size_t(threadIdx.x / 32) * RED_FLOATS * sizeof(float), RED_FLOATS);
     if (vec && rows_aligned16(w, wt))
-        all_rows<T, true>(x, xt, w, wt, residual, rt, y, yt, red, xs, st);
+        all_rows<T, true>(k_len, w, wt, residual, rt, y, yt, red, xs, st);
     else
-        all_rows<T, false>(x, xt, w, wt, residual, rt, y, yt, red, xs, st);
+        all_rows<T, false>(k_len, w, wt, residual, rt, y, yt, red, xs, st);
 }
 
 // The kernel of linear_task and linear_with_residual_task. Every thread of the block calls it.
@@ -208,7 +210,7 @@ template <typename T>
 MPK_DEVICE void linear_tile(const TaskView& v, const T* residual, const Tile2D& rt, bool tensor_cores) {
     const Tile2D xt = tile2d(v.in_tile(0)), wt = tile2d(v.in_tile(1)), yt = tile2d(v.out_tile(0));
     const T* x = v.in<const T>(0);
-    linear_rows<T>(x, xt, v.in<const T>(1), wt, residual, rt, v.out<T>(0), yt, linear_detail::PlainX<T>{},
+    linear_rows<T>(xt.cols, v.in<const T>(1), wt, residual, rt, v.out<T>(0), yt, linear_detail::PlainX<T>{x, xt},
                    linear_detail::rows_aligned16(x, xt), linear_detail::Store<T>{}, tensor_cores);
 }
 

@@ -56,21 +56,22 @@ MPK_DEVICE MPK_INLINE void mma16(float (&acc)[4], const uint32_t (&a)[4], const 
 // elements are plain (PLAIN), else computed by xs (a fused producer: 8 elements as fp32, rounded to T,
 // stored: silu_mul_linear_with_residual.cuh's h).
 template <typename T, bool PLAIN, typename XS>
-MPK_DEVICE MPK_INLINE void stage_slice(char* stage, const T* w, const Tile2D& wt, int64_t c0, int64_t n, const T* x,
-                                       const Tile2D& xt, const XS& xs, int64_t b0, int64_t rows, int chunks,
-                                       int64_t k0, int64_t k_len) {
+MPK_DEVICE MPK_INLINE void stage_slice(char* stage, const T* w, const Tile2D& wt, int64_t c0, int64_t n, const XS& xs,
+                                       int64_t b0, int64_t rows, int chunks, int64_t k0, int64_t k_len) {
     for (int i = threadIdx.x % 32; i < 64 + 32 * chunks; i += 32) {
         const bool is_w = i < 64;
         const int r = (is_w ? i : i - 64) / 4, c = i % 4;
         const int64_t k = k0 + 8 * c;
         const bool in = k < k_len && (is_w ? c0 + r < n : b0 + r < rows);
         char* dst = stage + chunk_at(is_w ? r : WROWS + r, c);
-        if (PLAIN || is_w) {
-            const T* src = is_w ? (in ? w + (c0 + r) * wt.row_stride + k : w) : (in ? x + (b0 + r) * xt.row_stride + k : x);
-            ptx::cp_async_cg_shared_global<16>(dst, src, in ? 16u : 0u);
+        if (is_w) {
+            ptx::cp_async_cg_shared_global<16>(dst, in ? w + (c0 + r) * wt.row_stride + k : w, in ? 16u : 0u);
+        } else if constexpr (PLAIN) {
+            const T* x = xs.x;
+            ptx::cp_async_cg_shared_global<16>(dst, in ? x + (b0 + r) * xs.xt.row_stride + k : x, in ? 16u : 0u);
         } else {
             float f[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-            if (in) xs.template load<8>(x + (b0 + r) * xt.row_stride + k, f);
+            if (in) xs.template load<8>(b0 + r, k, f);
             Pack<T, 8> q;
             MPK_UNROLL
             for (int e = 0; e < 8; ++e) q.e[e] = from_float<T>(f[e]);
@@ -82,15 +83,15 @@ MPK_DEVICE MPK_INLINE void stage_slice(char* stage, const T* w, const Tile2D& wt
 }  // namespace mma_linear_detail
 
 // The tensor-core path of linear_rows (linear.cuh): the same arguments; PLAIN: xs reads x's elements as
-// they are (linear.cuh's PlainX), so x is copied by cp.async.
+// they are (linear.cuh's PlainX: its x and xt), so x is copied by cp.async.
 template <typename T, bool PLAIN, typename XS, typename ST>
-MPK_DEVICE void mma_linear_rows(const T* x, const Tile2D& xt, const T* w, const Tile2D& wt, const T* residual,
-                                const Tile2D& rt, T* y, const Tile2D& yt, const XS& xs, const ST& st) {
+MPK_DEVICE void mma_linear_rows(int64_t k_len, const T* w, const Tile2D& wt, const T* residual, const Tile2D& rt,
+                                T* y, const Tile2D& yt, const XS& xs, const ST& st) {
     using namespace mma_linear_detail;
     static_assert(sizeof(T) == 2, "the tensor-core path takes bf16 or fp16");
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     char* bufs = smem<char>(size_t(warp) * WARP_BYTES, WARP_BYTES);
-    const int64_t n = yt.cols, rows = yt.rows, k_len = xt.cols;
+    const int64_t n = yt.cols, rows = yt.rows;
     const int slices = int((k_len + KS - 1) / KS);
     // this lane's ldmatrix rows (ptx.h: lane 8 j + r gives row r of matrix j) and 16-byte chunks
     const int a_row = (lane & 7) + 8 * ((lane >> 3) & 1), a_chunk = lane >> 4;  // W: rows 0-15, k 0-7 | 8-15
@@ -99,11 +100,11 @@ MPK_DEVICE void mma_linear_rows(const T* x, const Tile2D& xt, const T* w, const 
         for (int64_t b0 = 0; b0 < rows; b0 += XROWS) {
             const int chunks = rows - b0 > 8 ? 2 : 1;
             float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-            stage_slice<T, PLAIN>(bufs, w, wt, c0, n, x, xt, xs, b0, rows, chunks, 0, k_len);
+            stage_slice<T, PLAIN>(bufs, w, wt, c0, n, xs, b0, rows, chunks, 0, k_len);
             ptx::cp_async_commit_group();
             for (int s = 0; s < slices; ++s) {
                 if (s + 1 < slices) {
-                    stage_slice<T, PLAIN>(bufs + ((s + 1) & 1) * STAGE, w, wt, c0, n, x, xt, xs, b0, rows, chunks,
+                    stage_slice<T, PLAIN>(bufs + ((s + 1) & 1) * STAGE, w, wt, c0, n, xs, b0, rows, chunks,
                                           int64_t(s + 1) * KS, k_len);
                     ptx::cp_async_commit_group();
                     ptx::cp_async_wait_group<1>();  // slice s has landed, s + 1 may be in flight

@@ -80,7 +80,7 @@ MPK_DEVICE void moe_linear_tile(const TaskView& v) {
         const Tile2D xr_t{1, k_len, 0, x_col};
         T* yr = y + t * yt.strides[0] + slot * yt.strides[1];
         const Tile2D yr_t{1, n, 0, yt.strides[2]};
-        linear_rows<T>(xr, xr_t, w + e * wt.strides[0], we, nullptr, Tile2D{}, yr, yr_t, linear_detail::PlainX<T>{},
+        linear_rows<T>(k_len, w + e * wt.strides[0], we, nullptr, Tile2D{}, yr, yr_t, linear_detail::PlainX<T>{xr, xr_t},
                        linear_detail::rows_aligned16(xr, xr_t));
     });
 }

@@ -24,15 +24,20 @@
 namespace mpk {
 
 // ---- kernel
-// x's element k is h = round_T(silu(p[k]) * p[k + up]): up is I times x's column stride.
+// x's element (b, k) is h = round_T(silu(g[k]) * g[k + up]), g = gate's row b: up is I times gate's
+// column stride (linear.cuh's PlainX says what load and at take).
 template <typename T> struct GluX {
+    const T* gate;
+    Tile2D xt;  // gate's [B, I]
     int64_t up;
-    template <int N> MPK_DEVICE MPK_INLINE void load(const T* p, float* out) const {
+    template <int N> MPK_DEVICE MPK_INLINE void load(int64_t b, int64_t k, float* out) const {
+        const T* p = gate + b * xt.row_stride + k;
         const Pack<T, N> g = load_pack<T, N>(p), u = load_pack<T, N>(p + up);
         MPK_UNROLL
         for (int i = 0; i < N; ++i) out[i] = to_float(from_float<T>(silu_times(to_float(g.e[i]), to_float(u.e[i]))));
     }
-    MPK_DEVICE MPK_INLINE float at(const T* p) const {
+    MPK_DEVICE MPK_INLINE float at(int64_t b, int64_t k) const {
+        const T* p = gate + b * xt.row_stride + k * xt.col_stride;
         return to_float(from_float<T>(silu_times(to_float(p[0]), to_float(p[up]))));
     }
 };
@@ -42,10 +47,10 @@ template <typename T> MPK_DEVICE void silu_mul_linear_with_residual_task(const T
     const Tile2D x2 = tile2d(v.in_tile(0)), wt = tile2d(v.in_tile(1)), rt = tile2d(v.in_tile(2));
     const Tile2D xt{x2.rows, x2.cols / 2, x2.row_stride, x2.col_stride};   // gate's (and up's) [B, I]
     const T* gate = v.in<const T>(0);
-    const GluX<T> xs{xt.cols * xt.col_stride};
+    const GluX<T> xs{gate, xt, xt.cols * xt.col_stride};
     const bool vec = linear_detail::rows_aligned16(gate, xt) && linear_detail::rows_aligned16(gate + xs.up, xt);
     const T* residual = v.iparam(0) != 0 ? v.in<const T>(2) : nullptr;
-    linear_rows<T>(gate, xt, v.in<const T>(1), wt, residual, rt, v.out<T>(0), tile2d(v.out_tile(0)), xs, vec,
+    linear_rows<T>(xt.cols, v.in<const T>(1), wt, residual, rt, v.out<T>(0), tile2d(v.out_tile(0)), xs, vec,
                    linear_detail::Store<T>{}, v.iparam(1) != 0);
 }
 

@@ -67,7 +67,7 @@ template <typename T> struct AtomicAddStore {
 template <typename T> MPK_DEVICE void splitk_linear_task(const TaskView& v) {
     const Tile2D xt = tile2d(v.in_tile(0)), wt = tile2d(v.in_tile(1)), yt = tile2d(v.out_tile(0));
     const T* x = v.in<const T>(0);
-    linear_rows<T>(x, xt, v.in<const T>(1), wt, nullptr, Tile2D{}, v.out<T>(0), yt, linear_detail::PlainX<T>{},
+    linear_rows<T>(xt.cols, v.in<const T>(1), wt, nullptr, Tile2D{}, v.out<T>(0), yt, linear_detail::PlainX<T>{x, xt},
                    linear_detail::rows_aligned16(x, xt), splitk_detail::AtomicAddStore<T>{}, v.iparam(0) != 0);
 }
 

@@ -1,4 +1,5 @@
-"""rmsnorm_linear_layer: y = rmsnorm(x, w_norm) @ W^T, fused; fp32 math; grid.x splits N (W rows, y columns).
+"""rmsnorm_linear_layer: y = rmsnorm(x, w_norm) @ W^T, fused; fp32 math; grid.x splits N (W rows, y columns);
+bf16 / fp16 from 16 rows on the tensor cores (linear.py's TENSOR_CORE_MIN_ROWS).
 
 input [B, K], weight_norm [K], weight_linear [N, K] -> output [B, N]. Kernel: csrc/tasks/rmsnorm_linear.cuh.
 """
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 from ..dtypes import FLOATS
 from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor, storage
+from .linear import tensor_cores
 
 TASK_TYPE = 102          # MPK's TASK_RMS_NORM_LINEAR
 # Tensor parallelism (mirage.mpk.testing.TP_KINDS): column-parallel, as MPK's fused qkv projection: rank r
@@ -14,7 +16,7 @@ TASK_TYPE = 102          # MPK's TASK_RMS_NORM_LINEAR
 TP = "column"
 # eps -> the value a kernel that ignored it would in effect use (Layer.scalars), as rmsnorm_layer.
 SCALARS = {"eps": 0.0}
-MAX_BATCH = 1024         # the kernel keeps one fp32 1/rms per row in shared memory (4 KiB)
+MAX_BATCH = 1024         # the kernel keeps one fp32 1/rms per row in shared memory (4 KiB after the linear's)
 
 
 def rmsnorm_linear_layer(pk, name: str, input, weight_norm, weight_linear, output, grid_dim, block_dim,
@@ -45,5 +47,7 @@ def rmsnorm_linear_layer(pk, name: str, input, weight_norm, weight_linear, outpu
               Access("weight_linear", w, (0, NOT_SPLIT, NOT_SPLIT))]
     outputs = [Access("output", y, (1, NOT_SPLIT, NOT_SPLIT))]
     check_splits(name, grid, inputs, outputs)
-    return Layer(name, "rmsnorm_linear", grid, inputs, outputs, (x.dtype,), fparams=(float(eps),),
-                 params={"eps": float(eps)}, scalars=dict(SCALARS))
+    tc = tensor_cores(x)      # linear's rule (bf16 / fp16 from 16 rows), one choice for every task
+    return Layer(name, "rmsnorm_linear", grid, inputs, outputs, (x.dtype,), iparams=(tc,),
+                 fparams=(float(eps),), params={"eps": float(eps), "tensor_cores": bool(tc)},
+                 scalars=dict(SCALARS))

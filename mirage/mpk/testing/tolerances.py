@@ -265,12 +265,15 @@ def tol_rmsnorm(dtype: DType | torch.dtype, hidden: int) -> Tolerance:
     return tol_normalization(dtype, hidden)
 
 
-def tol_rmsnorm_linear(dtype: DType | torch.dtype, hidden: int, scale: torch.Tensor) -> Tolerance:
+def tol_rmsnorm_linear(dtype: DType | torch.dtype, hidden: int, scale: torch.Tensor,
+                       tensor_cores: bool = False) -> Tolerance:
     """rmsnorm then linear, fused: each normalized n_k is within tol_rmsnorm's relative budget (u_T + (hidden
     / 2 + 6) u32) of the reference, which reaches the output times scale = sum_k |n_k W_jk|, on top of the
     linear's (hidden + 1) u32 scale and its output rounding: as input_rounding = dtype and hidden / 2 + 6 more
-    terms of k (csrc/tasks/rmsnorm_linear.cuh)."""
-    return tolerance(dtype, k=hidden + (hidden + 1) // 2 + 6, scale=scale, ops=2, input_rounding=dtype)
+    terms of k (csrc/tasks/rmsnorm_linear.cuh). tensor_cores (the layer's params): the linear's hidden
+    counted twice, as tol_linear."""
+    dot = 2 * hidden if tensor_cores else hidden
+    return tolerance(dtype, k=dot + (hidden + 1) // 2 + 6, scale=scale, ops=2, input_rounding=dtype)
 
 
 def tol_attention(dtype: DType | torch.dtype, head_dim: int, keys: int, value_scale: torch.Tensor,

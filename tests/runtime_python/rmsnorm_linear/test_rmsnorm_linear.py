@@ -5,8 +5,9 @@ Each task runs by itself on one emulated worker block, everything outside its de
 task that writes outside its output columns, reads outside its W rows, races with itself or leaves an output
 element unwritten is a testing.MPKFootprintError. Covers bf16, fp16, fp32 at 128 threads (target_cc 80) and
 256 (target_cc 90): every task of a non-power-of-two split of N, the edge tasks of a split, a single-row
-batch (decode), more rows than warps, odd K (no multiple of 32 lanes), one-column tiles, and strided views
-(x a column block of a wider matrix, W every other column, y a column block).
+batch (decode), more rows than warps, odd K (no multiple of 32 lanes), one-column tiles, 19 rows (bf16 /
+fp16 on the tensor cores, csrc/tasks/mma_linear.cuh), and strided views (x a column block of a wider matrix,
+W every other column, y a column block).
 
 Run: python tests/runtime_python/rmsnorm_linear/test_rmsnorm_linear.py   (or pytest it; -k to pick cases)
 """
@@ -27,6 +28,7 @@ SHAPES = [
     (1, 384, 20, 5, None),       # decode: a single-row batch, 4-column tiles
     (13, 96, 10, 5, "edges"),    # more rows than warps; the first and last task
     (5, 37, 7, 7, None),         # odd K, one-column tiles
+    (19, 96, 24, 3, None),       # 16-bit types on the tensor cores (a 16-row pass, then 3), 8-column tiles
 ]
 # (what, batch, K, N, grid.x, x layout, W layout, y layout): (row stride, column stride), None = contiguous
 STRIDED = [
@@ -54,7 +56,8 @@ def run_kernel(dtype, x, wn, w, out, grid, coords, target_cc):
                                 grid_dim=(grid, 1, 1), block_dim=block_dim(target_cc))
 
     run = testing.run_tasks(layer_call, {"x": x, "wn": wn, "w": w, "out": out}, coords, target_cc=target_cc)
-    tol = testing.tol_rmsnorm_linear(dtype, x.shape[1], ref.normed_scale(x, wn, w))
+    tol = testing.tol_rmsnorm_linear(dtype, x.shape[1], ref.normed_scale(x, wn, w),
+                                     tensor_cores=run.layer.params["tensor_cores"])
     run.check("out", ref.rmsnorm_linear(x, wn, w), tol, inputs=(x, wn, w))
     return run
 

@@ -24,6 +24,7 @@ CASES = [
     (1, 1024, 64, 8),      # decode: one row, a longer reduction
     (6, 200, 12, 12),      # one-column tiles, K not a multiple of 32
     (13, 64, 28, 7),       # more rows than warps
+    (16, 128, 40, 5),      # bf16 / fp16 on the tensor cores (from 16 rows), 8-column tiles
 ]
 # (dtype, case, scalar parameters): eps large enough to move the result beyond the budget, so a kernel
 # that ignored it fails (testing.check_scalars, required); at eps=1e-6 and rows of rms ~1 it moves the
@@ -56,7 +57,8 @@ def run_case(dtype, batch, k, n, grid, eps=1e-6, jitter=0, output_dir=None, scal
     lo, hi = world.part(n) if world.size > 1 else (0, n)      # this rank's columns, as shard("output") took
     name = (f"rmsnorm_linear[{str(dtype)[6:]},{batch}x{k}->{n},grid={grid},eps={eps:g},jitter={jitter}"
             f"{world.tag}]")
-    tol = testing.tol_rmsnorm_linear(dtype, k, ref.normed_scale(x, wn, w, eps))
+    tol = testing.tol_rmsnorm_linear(dtype, k, ref.normed_scale(x, wn, w, eps),
+                                     tensor_cores=pk.layers[0].params["tensor_cores"])
     reference = lambda **p: ref.rmsnorm_linear(x, wn, w_full, **p)[:, lo:hi]  # noqa: E731 (eps's reference)
     testing.check_output(name, out, expected, tol, pk.layers[0].checks, (x, wn, w), pk=pk,
                          reference_fn=reference)

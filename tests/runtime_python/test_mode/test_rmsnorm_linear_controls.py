@@ -32,9 +32,9 @@ TESTMODE = testing.load_reference(os.path.join(HERE, "..", "rmsnorm_linear", "x.
 pytestmark = pytest.mark.skipif(os.environ.get("MPK_TEST_DEVICE", "cpu") != "cpu",
                                 reason="the messages asserted are the CPU emulation's")
 
-NO_WEIGHT_NORM = ("* s * to_float(wn[k * wnt.col_stride])", "* s")
+NO_WEIGHT_NORM = ("xv * s * to_float(wn[k * wn_stride])", "xv * s")
 MEAN_OVER_K_MINUS_1 = ("static_cast<float>(k_len)", "static_cast<float>(k_len - 1)")
-NEXT_W_ROW = ("const T* wr = w + j * wt.row_stride;", "const T* wr = w + (j + 1) * wt.row_stride;")
+NEXT_W_ROW = ("linear_rows<T>(k_len, w, wt,", "linear_rows<T>(k_len, w + wt.row_stride, wt,")
 
 
 def mutated_kernel(tmp_path, old: str, new: str):
