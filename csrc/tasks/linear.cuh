@@ -75,19 +75,24 @@ template <typename T> struct PlainX {
     }
 };
 
-// How an output's fp32 sum reaches y: Store rounds it once to T and stores it; splitk_linear.cuh
-// adds it into y atomically instead (its own rounding per add).
+// How the fp32 sum of output (b, col) reaches y: Store rounds it once to T and stores it at y's tile;
+// splitk_linear.cuh adds it into y atomically instead (its own rounding per add); moe_w13_linear.cuh
+// stores row b at its token's row and slot.
 template <typename T> struct Store {
-    MPK_DEVICE MPK_INLINE void operator()(T* p, float sum) const { *p = from_float<T>(sum); }
+    T* y;
+    Tile2D yt;
+    MPK_DEVICE MPK_INLINE void operator()(int64_t b, int64_t col, float sum) const {
+        y[b * yt.row_stride + col * yt.col_stride] = from_float<T>(sum);
+    }
 };
 
-// One chunk of ROWS batch rows from row b0 (r, y point at row b0), every column of the tile; x [B, k_len].
+// One chunk of ROWS batch rows from row b0, every column of the tile (W's rows); x [B, k_len].
 template <typename T, int ROWS, bool VEC, typename XS, typename ST>
 MPK_DEVICE void rows_chunk(int64_t b0, int64_t k_len, const T* w, const Tile2D& wt, const T* r, const Tile2D& rt,
-                           T* y, const Tile2D& yt, float* red, const XS& xs, const ST& st) {
+                           float* red, const XS& xs, const ST& st) {
     constexpr int V = PACK16<T>;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    const int64_t n = yt.cols;
+    const int64_t n = wt.rows;
     const int64_t k_vec = VEC ? k_len / V * V : 0;  // [0, k_vec): 16-byte loads
     for (int64_t c0 = int64_t(warp) * COLS; c0 < n; c0 += int64_t(warps) * COLS) {
         const T* wr[COLS];
@@ -137,37 +142,34 @@ MPK_DEVICE void rows_chunk(int64_t b0, int64_t k_len, const T* w, const Tile2D& 
             for (int c = 0; c < COLS; ++c) red[(b * COLS + c) * RED_STRIDE + lane] = acc[b][c];
         __syncwarp();
         if (lane < ROWS * COLS && c0 + lane % COLS < n) {
-            const int b = lane / COLS;
-            const int64_t col = c0 + lane % COLS;
+            const int64_t b = b0 + lane / COLS, col = c0 + lane % COLS;
             const float* p = red + lane * RED_STRIDE;
             float sum = p[0];
             for (int l = 1; l < 32; ++l) sum += p[l];  // lane order
             if (r) sum += to_float(r[b * rt.row_stride + col * rt.col_stride]);
-            st(y + b * yt.row_stride + col * yt.col_stride, sum);
+            st(b, col, sum);
         }
         __syncwarp();  // every lane has read red before the next group overwrites it
     }
 }
 
 template <typename T, bool VEC, typename XS, typename ST>
-MPK_DEVICE void all_rows(int64_t k_len, const T* w, const Tile2D& wt, const T* r, const Tile2D& rt, T* y,
-                         const Tile2D& yt, float* red, const XS& xs, const ST& st) {
+MPK_DEVICE void all_rows(int64_t rows, int64_t k_len, const T* w, const Tile2D& wt, const T* r, const Tile2D& rt,
+                         float* red, const XS& xs, const ST& st) {
     // Chunks of 8, then 4, 2, 1 rows; every thread takes the same branches (uniform).
-    for (int64_t b0 = 0; b0 < yt.rows;) {
-        const int64_t left = yt.rows - b0;
-        const T* rb = r ? r + b0 * rt.row_stride : nullptr;
-        T* yb = y + b0 * yt.row_stride;
+    for (int64_t b0 = 0; b0 < rows;) {
+        const int64_t left = rows - b0;
         if (left >= 8) {
-            rows_chunk<T, 8, VEC>(b0, k_len, w, wt, rb, rt, yb, yt, red, xs, st);
+            rows_chunk<T, 8, VEC>(b0, k_len, w, wt, r, rt, red, xs, st);
             b0 += 8;
         } else if (left >= 4) {
-            rows_chunk<T, 4, VEC>(b0, k_len, w, wt, rb, rt, yb, yt, red, xs, st);
+            rows_chunk<T, 4, VEC>(b0, k_len, w, wt, r, rt, red, xs, st);
             b0 += 4;
         } else if (left >= 2) {
-            rows_chunk<T, 2, VEC>(b0, k_len, w, wt, rb, rt, yb, yt, red, xs, st);
+            rows_chunk<T, 2, VEC>(b0, k_len, w, wt, r, rt, red, xs, st);
             b0 += 2;
         } else {
-            rows_chunk<T, 1, VEC>(b0, k_len, w, wt, rb, rt, yb, yt, red, xs, st);
+            rows_chunk<T, 1, VEC>(b0, k_len, w, wt, r, rt, red, xs, st);
             b0 += 1;
         }
     }
@@ -182,27 +184,28 @@ template <typename T> MPK_DEVICE MPK_INLINE bool rows_aligned16(const T* p, cons
 
 }  // namespace linear_detail
 
-// y = x @ W^T (+ residual when `residual` is not null) for x [yt.rows, k_len], x's elements as xs
-// gives them; vec: x's rows allow the vector path (the caller checks every pointer xs reads through:
-// PlainX's x rows, rows_aligned16); st: how each output's fp32 sum reaches y (Store: rounded once and
-// stored); tensor_cores: the layer asks for the tensor-core path (mma_linear.cuh), taken for bf16 /
-// fp16 when x's rows (vec) and W's are 16-byte aligned and contiguous with K % 8 == 0.
+// y = x @ W^T (+ residual [rows, n] when `residual` is not null) for x [rows, k_len] and W's tile [n, K]
+// (n = wt.rows); x's elements as xs gives them; vec: x's rows allow the vector path (the caller checks
+// every pointer xs reads through: PlainX's x rows, rows_aligned16); st: how output (b, col)'s fp32 sum
+// reaches y (Store: rounded once and stored); tensor_cores: the layer asks for the tensor-core path
+// (mma_linear.cuh), taken for bf16 / fp16 when x's rows (vec) and W's are 16-byte aligned and contiguous
+// with K % 8 == 0.
 // Shared memory: [0, warps x linear_detail::SMEM_PER_WARP) of the dynamic shared memory.
-template <typename T, typename XS, typename ST = linear_detail::Store<T>>
-MPK_DEVICE void linear_rows(int64_t k_len, const T* w, const Tile2D& wt, const T* residual, const Tile2D& rt, T* y,
-                            const Tile2D& yt, const XS& xs, bool vec, const ST& st = ST{}, bool tensor_cores = false) {
+template <typename T, typename XS, typename ST>
+MPK_DEVICE void linear_rows(int64_t rows, int64_t k_len, const T* w, const Tile2D& wt, const T* residual,
+                            const Tile2D& rt, const XS& xs, bool vec, const ST& st, bool tensor_cores = false) {
     using namespace linear_detail;
     if constexpr (sizeof(T) == 2) {
         if (tensor_cores && vec && rows_aligned16(w, wt) && k_len % 8 == 0) {
-            mma_linear_rows<T, std::is_same<XS, PlainX<T>>::value>(k_len, w, wt, residual, rt, y, yt, xs, st);
+            mma_linear_rows<T, std::is_same<XS, PlainX<T>>::value>(rows, k_len, w, wt, residual, rt, xs, st);
             return;
         }
     }
     float* red = smem<float>(size_t(threadIdx.x / 32) * RED_FLOATS * sizeof(float), RED_FLOATS);
     if (vec && rows_aligned16(w, wt))
-        all_rows<T, true>(k_len, w, wt, residual, rt, y, yt, red, xs, st);
+        all_rows<T, true>(rows, k_len, w, wt, residual, rt, red, xs, st);
     else
-        all_rows<T, false>(k_len, w, wt, residual, rt, y, yt, red, xs, st);
+        all_rows<T, false>(rows, k_len, w, wt, residual, rt, red, xs, st);
 }
 
 // The kernel of linear_task and linear_with_residual_task. Every thread of the block calls it.
@@ -210,8 +213,8 @@ template <typename T>
 MPK_DEVICE void linear_tile(const TaskView& v, const T* residual, const Tile2D& rt, bool tensor_cores) {
     const Tile2D xt = tile2d(v.in_tile(0)), wt = tile2d(v.in_tile(1)), yt = tile2d(v.out_tile(0));
     const T* x = v.in<const T>(0);
-    linear_rows<T>(xt.cols, v.in<const T>(1), wt, residual, rt, v.out<T>(0), yt, linear_detail::PlainX<T>{x, xt},
-                   linear_detail::rows_aligned16(x, xt), linear_detail::Store<T>{}, tensor_cores);
+    linear_rows<T>(yt.rows, xt.cols, v.in<const T>(1), wt, residual, rt, linear_detail::PlainX<T>{x, xt},
+                   linear_detail::rows_aligned16(x, xt), linear_detail::Store<T>{v.out<T>(0), yt}, tensor_cores);
 }
 
 // ---- dispatch

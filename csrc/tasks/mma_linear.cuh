@@ -85,13 +85,13 @@ MPK_DEVICE MPK_INLINE void stage_slice(char* stage, const T* w, const Tile2D& wt
 // The tensor-core path of linear_rows (linear.cuh): the same arguments; PLAIN: xs reads x's elements as
 // they are (linear.cuh's PlainX: its x and xt), so x is copied by cp.async.
 template <typename T, bool PLAIN, typename XS, typename ST>
-MPK_DEVICE void mma_linear_rows(int64_t k_len, const T* w, const Tile2D& wt, const T* residual, const Tile2D& rt,
-                                T* y, const Tile2D& yt, const XS& xs, const ST& st) {
+MPK_DEVICE void mma_linear_rows(int64_t rows, int64_t k_len, const T* w, const Tile2D& wt, const T* residual,
+                                const Tile2D& rt, const XS& xs, const ST& st) {
     using namespace mma_linear_detail;
     static_assert(sizeof(T) == 2, "the tensor-core path takes bf16 or fp16");
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     char* bufs = smem<char>(size_t(warp) * WARP_BYTES, WARP_BYTES);
-    const int64_t n = yt.cols, rows = yt.rows;
+    const int64_t n = wt.rows;
     const int slices = int((k_len + KS - 1) / KS);
     // this lane's ldmatrix rows (ptx.h: lane 8 j + r gives row r of matrix j) and 16-byte chunks
     const int a_row = (lane & 7) + 8 * ((lane >> 3) & 1), a_chunk = lane >> 4;  // W: rows 0-15, k 0-7 | 8-15
@@ -136,7 +136,7 @@ MPK_DEVICE void mma_linear_rows(int64_t k_len, const T* w, const Tile2D& wt, con
                     if (col >= n || b >= rows) continue;
                     float sum = acc[ch][i];
                     if (residual) sum += to_float(residual[b * rt.row_stride + col * rt.col_stride]);
-                    st(y + b * yt.row_stride + col * yt.col_stride, sum);
+                    st(b, col, sum);
                 }
         }
     }

@@ -70,8 +70,8 @@ __device__ void rmsnorm_linear_tile(const T* x, const Tile2D& xt, const T* wn, c
         if (lane == 0) inv_rms[b] = 1.0f / sqrtf(sum_sq / static_cast<float>(k_len) + eps);
     }
     __syncthreads();
-    linear_rows<T>(k_len, w, wt, nullptr, Tile2D{}, y, yt, NormX<T>{x, xt, inv_rms, wn, wnt.col_stride},
-                   linear_detail::rows_aligned16(x, xt), linear_detail::Store<T>{}, tensor_cores);
+    linear_rows<T>(batch, k_len, w, wt, nullptr, Tile2D{}, NormX<T>{x, xt, inv_rms, wn, wnt.col_stride},
+                   linear_detail::rows_aligned16(x, xt), linear_detail::Store<T>{y, yt}, tensor_cores);
 }
 
 // ---- dispatch

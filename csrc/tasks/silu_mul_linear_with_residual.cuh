@@ -50,8 +50,9 @@ template <typename T> MPK_DEVICE void silu_mul_linear_with_residual_task(const T
     const GluX<T> xs{gate, xt, xt.cols * xt.col_stride};
     const bool vec = linear_detail::rows_aligned16(gate, xt) && linear_detail::rows_aligned16(gate + xs.up, xt);
     const T* residual = v.iparam(0) != 0 ? v.in<const T>(2) : nullptr;
-    linear_rows<T>(xt.cols, v.in<const T>(1), wt, residual, rt, v.out<T>(0), tile2d(v.out_tile(0)), xs, vec,
-                   linear_detail::Store<T>{}, v.iparam(1) != 0);
+    const Tile2D yt = tile2d(v.out_tile(0));
+    linear_rows<T>(yt.rows, xt.cols, v.in<const T>(1), wt, residual, rt, xs, vec,
+                   linear_detail::Store<T>{v.out<T>(0), yt}, v.iparam(1) != 0);
 }
 
 }  // namespace mpk

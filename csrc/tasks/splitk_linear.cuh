@@ -36,7 +36,10 @@ namespace splitk_detail {
 
 // y += sum, one rounding to T per add, atomic against every other task adding into y.
 template <typename T> struct AtomicAddStore {
-    MPK_DEVICE MPK_INLINE void operator()(T* p, float sum) const {
+    T* y;
+    Tile2D yt;
+    MPK_DEVICE MPK_INLINE void operator()(int64_t b, int64_t col, float sum) const {
+        T* p = y + b * yt.row_stride + col * yt.col_stride;
         if constexpr (sizeof(T) == 4) {
             atomicAdd(reinterpret_cast<float*>(p), sum);
         } else {
@@ -67,8 +70,9 @@ template <typename T> struct AtomicAddStore {
 template <typename T> MPK_DEVICE void splitk_linear_task(const TaskView& v) {
     const Tile2D xt = tile2d(v.in_tile(0)), wt = tile2d(v.in_tile(1)), yt = tile2d(v.out_tile(0));
     const T* x = v.in<const T>(0);
-    linear_rows<T>(xt.cols, v.in<const T>(1), wt, nullptr, Tile2D{}, v.out<T>(0), yt, linear_detail::PlainX<T>{x, xt},
-                   linear_detail::rows_aligned16(x, xt), splitk_detail::AtomicAddStore<T>{}, v.iparam(0) != 0);
+    linear_rows<T>(yt.rows, xt.cols, v.in<const T>(1), wt, nullptr, Tile2D{}, linear_detail::PlainX<T>{x, xt},
+                   linear_detail::rows_aligned16(x, xt), splitk_detail::AtomicAddStore<T>{v.out<T>(0), yt},
+                   v.iparam(0) != 0);
 }
 
 }  // namespace mpk

@@ -25,6 +25,7 @@ import torch
 
 from ..dtypes import FLOATS, float8_e4m3, float32, int32
 from . import BY_REQUEST, NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor, storage
+from .linear import uses_tensor_cores
 
 TASK_TYPE = 254          # MPK's TASK_MOE_W13_LINEAR_SM100 (runtime_header.h)
 # Tensor parallelism (mirage.mpk.testing.TP_KINDS): column-parallel, as MPK's MoE gate/up: rank r holds
@@ -32,6 +33,7 @@ TASK_TYPE = 254          # MPK's TASK_MOE_W13_LINEAR_SM100 (runtime_header.h)
 TP = "column"
 EXPERT_AXIS, COLUMN_AXIS = 0, 1      # MPK: grid.x the expert stride, grid.y the column split
 FP8_GROUPS = (64, 128)     # codes per float32 scale in the fp8 variants (MPK fixes 128; 64 as quantize_fp8's)
+MAX_BATCH = 1024           # the 16/32-bit kernel lists an expert's (token, slot) pairs in shared memory
 
 
 def moe_grid(column_tiles: int, expert_stride: int) -> tuple[int, int, int]:
@@ -106,6 +108,11 @@ def moe_linear_parts(name: str, input, weight, moe_routing_indices, moe_mask, ou
                              f"write to another tensor")
     if grid[2] != 1:
         raise ValueError(f"layer '{name}': grid_dim.z must be 1, got {grid}")
+    if not fp8 and batch > MAX_BATCH:
+        raise ValueError(f"layer '{name}': batch {batch} is over {MAX_BATCH}, the tokens whose (token, slot) "
+                         f"list the kernel keeps in shared memory per expert")
+    # linear's rule (bf16 / fp16 from 16 tokens, csrc/tasks/mma_linear.cuh), one choice for every task
+    tc = int(not fp8 and uses_tensor_cores(x.dtype, batch))
     cols = [NOT_SPLIT] * 3
     cols[COLUMN_AXIS] = 1
     inputs = [Access(x_role, x), Access(w_role, w, tuple(cols))]
@@ -138,9 +145,9 @@ def moe_linear_parts(name: str, input, weight, moe_routing_indices, moe_mask, ou
         return parts
 
     return dict(grid=grid, inputs=inputs, outputs=outputs, template=(y.dtype,), live=live,
-                task_iparams=lambda c: (c[EXPERT_AXIS], stride),
+                task_iparams=lambda c: (c[EXPERT_AXIS], stride, tc),
                 params={"num_experts": experts, "topk": topk, "expert_stride": stride,
-                        **({"group_size": k // scales[0].dims[-1]} if fp8 else {})})
+                        "tensor_cores": bool(tc), **({"group_size": k // scales[0].dims[-1]} if fp8 else {})})
 
 
 def moe_w13_linear_layer(pk, name: str, input, weight, moe_routing_indices, moe_mask, output, grid_dim,

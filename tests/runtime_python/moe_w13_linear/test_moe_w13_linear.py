@@ -36,6 +36,7 @@ SHAPES = [
     (5, 128, 12, 64, 1, "one", (12, 2), None),      # every token to one expert; one-column tiles
     (8, 72, 24, 128, 8, "topk", (3, 5), "edges"),   # 128 experts over a stride of 5: first and last task
     (3, 37, 16, 8, 2, "hole", (2, 3), None),        # odd K (scalar path); a slot no expert claims
+    (19, 64, 24, 8, 2, "topk", (3, 3), None),       # 19 tokens: bf16 / fp16 on the tensor cores
 ]
 
 
@@ -94,6 +95,7 @@ BAD_SHAPES = [
     ({"grid": (1, 3, 1)}, "dim 1 \\(16\\) is not divisible by grid_dim.y=3"),
     ({"index": torch.int64}, "'routing' \\(moe_routing_indices\\) has dtype int64, expected int32"),
     ({"grid": (2, 2, 2)}, "grid_dim.z must be 1"),
+    ({"x": (1025, 64), "routing": (8, 1025), "out": (1025, 2, 16)}, "batch 1025 is over 1024"),
 ]
 
 

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("MPK_TEST_DEVICE", "cpu") != "cpu
 
 NO_WEIGHT_NORM = ("xv * s * to_float(wn[k * wn_stride])", "xv * s")
 MEAN_OVER_K_MINUS_1 = ("static_cast<float>(k_len)", "static_cast<float>(k_len - 1)")
-NEXT_W_ROW = ("linear_rows<T>(k_len, w, wt,", "linear_rows<T>(k_len, w + wt.row_stride, wt,")
+NEXT_W_ROW = ("linear_rows<T>(batch, k_len, w, wt,", "linear_rows<T>(batch, k_len, w + wt.row_stride, wt,")
 
 
 def mutated_kernel(tmp_path, old: str, new: str):
