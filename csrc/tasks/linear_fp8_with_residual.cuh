@@ -10,7 +10,7 @@ namespace mpk {
 
 // ---- dispatch
 template <typename T> MPK_DEVICE void linear_fp8_with_residual_task(const TaskView& v) {
-    linear_fp8_tile<T>(v, v.in<const T>(4), tile2d(v.in_tile(4)));
+    linear_fp8_tile<T>(v, v.in<const T>(4), tile2d(v.in_tile(4)), v.iparam(0) != 0);
 }
 
 }  // namespace mpk

@@ -14,19 +14,31 @@ scales' N, output dim 1); input_fp8 and input_scale whole. Kernel: csrc/tasks/li
 from __future__ import annotations
 
 from ..dtypes import FLOATS, float8_e4m3, uint32
-from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor, storage
+from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor, dim3, storage
+from .linear import TENSOR_CORE_MIN_ROWS
 
 TASK_TYPE = 276          # MPK's TASK_LINEAR_FP8_SM100 (runtime_header.h)
 # Tensor parallelism (mirage.mpk.testing.TP_KINDS): column-parallel, as linear_layer: rank r holds rows
 # [r*N/W, (r+1)*N/W) of the weight's codes and scales and computes those output columns.
 TP = "column"
 BLOCK = 128              # codes per UE8M0 scale (MPK fixes it)
+E4M3_MMA_CC = 89         # mma.m16n8k32 .e4m3 exists from sm_89 (Ada) on
+
+
+def tensor_cores(name: str, batch: int, block_dim, target_cc: int) -> int:
+    """1 when the layer takes the tensor cores (csrc/tasks/linear_fp8.cuh, mma.m16n8k32 e4m3): linear's
+    row threshold (TENSOR_CORE_MIN_ROWS) on a target that has the instruction: target_cc (the kernel's,
+    PersistentKernel.target_cc), or, on the CPU backend without one, the target this layer's block implies
+    (more than 128 threads: 90, as PersistentKernel.target_cc). One choice per layer."""
+    x, y, z = dim3(name, "block_dim", block_dim)
+    cc = max(target_cc, 90 if x * y * z > 128 else 0)
+    return int(batch >= TENSOR_CORE_MIN_ROWS and cc >= E4M3_MMA_CC)
 
 
 def linear_fp8_parts(name: str, grid_dim, block_dim, input_fp8, input_scale, weight_fp8, weight_scale, output,
-                     residual=None) -> dict:
+                     residual=None, target_cc: int = 0) -> dict:
     """The checks and partition map of linear_fp8_layer and linear_fp8_with_residual_layer, as the Layer's
-    arguments after its name and kind."""
+    arguments after its name and kind; target_cc: the kernel's (tensor_cores)."""
     grid = check_grid(name, grid_dim, block_dim)
     x = check_tensor(name, "input_fp8", input_fp8, ndim=2, dtype=float8_e4m3)
     batch, k = x.dims
@@ -54,12 +66,14 @@ def linear_fp8_parts(name: str, grid_dim, block_dim, input_fp8, input_scale, wei
                              f"'{a.tensor.name}'; write to another tensor")
     outputs = [Access("output", y, cols)]
     check_splits(name, grid, inputs, outputs)
-    return dict(grid=grid, inputs=inputs, outputs=outputs, template=(y.dtype,),
-                params={"block": BLOCK, "residual": residual is not None},
+    tc = tensor_cores(name, batch, block_dim, target_cc)
+    return dict(grid=grid, inputs=inputs, outputs=outputs, template=(y.dtype,), iparams=(tc,),
+                params={"block": BLOCK, "residual": residual is not None, "tensor_cores": bool(tc)},
                 inplace={"output": ("residual",)} if residual is not None else {})
 
 
 def linear_fp8_layer(pk, name: str, input_fp8, input_scale, weight_fp8, weight_scale, output, grid_dim,
                      block_dim) -> Layer:
-    return Layer(name, "linear_fp8", **linear_fp8_parts(name, grid_dim, block_dim, input_fp8, input_scale,
-                                                        weight_fp8, weight_scale, output))
+    parts = linear_fp8_parts(name, grid_dim, block_dim, input_fp8, input_scale, weight_fp8, weight_scale,
+                             output, target_cc=pk.target_cc)
+    return Layer(name, "linear_fp8", **parts)

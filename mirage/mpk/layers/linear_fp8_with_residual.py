@@ -19,5 +19,5 @@ TP = "column"
 def linear_fp8_with_residual_layer(pk, name: str, input_fp8, input_scale, weight_fp8, weight_scale, residual,
                                    output, grid_dim, block_dim) -> Layer:
     parts = linear_fp8_parts(name, grid_dim, block_dim, input_fp8, input_scale, weight_fp8, weight_scale,
-                             output, residual=residual)
+                             output, residual=residual, target_cc=pk.target_cc)
     return Layer(name, "linear_fp8_with_residual", **parts)

@@ -367,11 +367,11 @@ def e4m3_rounding_bound(v: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 
 
 def tol_fp8_quantized(dtype, k: int, scale: torch.Tensor, quant_scale: torch.Tensor,
-                      quant_scale2: torch.Tensor) -> Tolerance:
+                      quant_scale2: torch.Tensor, tensor_cores: bool = False) -> Tolerance:
     """An fp8 GEMM's output against the product of its operands before quantization (module doc, "fp8
-    GEMMs"): the linear's budget over k terms of scale = |x~| @ |w~|^T, plus quant_scale = d(x) @ |w~|^T +
-    |x| @ d(w)^T (e4m3_rounding_bound) and, for the rms ratio, quant_scale2 = the sum of those terms
-    squared."""
-    own = tol_linear(dtype, k, scale)
+    GEMMs"): the linear's budget over k terms of scale = |x~| @ |w~|^T (tol_linear, tensor_cores as there),
+    plus quant_scale = d(x) @ |w~|^T + |x| @ d(w)^T (e4m3_rounding_bound) and, for the rms ratio,
+    quant_scale2 = the sum of those terms squared."""
+    own = tol_linear(dtype, k, scale, tensor_cores=tensor_cores)
     return Tolerance(own.atol + quant_scale.double(), own.rtol, f"{own.why}; e4m3 rounding of both operands "
                      f"(2^-4 |v| + 2^-10 p per code)", own.var_abs + quant_scale2.double() / 3, own.var_rel)

@@ -31,7 +31,9 @@ quantizer = testing.load_reference(os.path.join(os.path.dirname(__file__), "..",
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 TARGETS = [80, 90]       # the worker block: 128 threads (sm_80), 256 (sm_90a / sm_100a)
 # (batch, K, N, grid.x, coords)
-SHAPES = [(1, 128, 12, 3, None), (5, 640, 40, 5, None), (16, 1024, 64, 4, "edges"), (3, 256, 24, 24, None)]
+# (16 and 19 rows at target_cc 90: the tensor cores, mma.m16n8k32 e4m3)
+SHAPES = [(1, 128, 12, 3, None), (5, 640, 40, 5, None), (16, 1024, 64, 4, "edges"), (3, 256, 24, 24, None),
+          (19, 256, 40, 5, None)]
 block_dim = testing.worker_block_dim
 
 
@@ -83,8 +85,9 @@ def run_kernel(dtype, d, grid, coords, target_cc, reference=ref):
     r = d.get("r")
     k = d["qx"].shape[1] + residual
     scale = xd.abs() @ wd.abs().T + (0 if r is None else r.double().abs())
+    tc = run.layer.params["tensor_cores"]
     run.check("out", reference.linear_fp8(d["qx"], d["sx"], d["qw"], d["sw"], r),
-              testing.tol_linear(dtype, k, scale), inputs=(xd, wd))
+              testing.tol_linear(dtype, k, scale, tensor_cores=tc), inputs=(xd, wd))
     # against the data before quantization: e4m3's rounding of both operands on top (tol_fp8_quantized)
     x, w = d["x"], d["w"]
     dx = testing.e4m3_rounding_bound(x, reference.block_scales(d["sx"], *x.shape))
@@ -92,7 +95,7 @@ def run_kernel(dtype, d, grid, coords, target_cc, reference=ref):
     quant = dx @ wd.abs().T + x.double().abs() @ dw.T
     quant2 = dx**2 @ (wd**2).T + x.double()**2 @ (dw**2).T
     exact = x.double() @ w.double().T + (0 if r is None else r.double())
-    run.check("out", exact, testing.tol_fp8_quantized(dtype, k, scale, quant, quant2), inputs=(x, w),
+    run.check("out", exact, testing.tol_fp8_quantized(dtype, k, scale, quant, quant2, tc), inputs=(x, w),
               against="vs unquantized")
     return run
 

@@ -67,24 +67,27 @@ def check(name, pk, dtype, x, o, qw, sw, w, exact, residual=None, reference=ref)
     r = None if residual is None else residual.double()
     k = x.shape[1] + (r is not None)
     scale = xd.abs() @ wd.abs().T + (0 if r is None else r.abs())
+    tc = pk.layers[1].params["tensor_cores"]
     testing.check_output(f"{name}.out", o["out"], reference.linear_fp8(o["qx"], o["sx"], qw, sw, residual),
-                         testing.tol_linear(dtype, k, scale), pk.layers[1].checks, (xd, wd), pk=pk)
+                         testing.tol_linear(dtype, k, scale, tensor_cores=tc), pk.layers[1].checks, (xd, wd),
+                         pk=pk)
     dx = testing.e4m3_rounding_bound(x, reference.block_scales(o["sx"], *x.shape))
     dw = testing.e4m3_rounding_bound(w, reference.block_scales(sw, *w.shape))
     quant = dx @ wd.abs().T + x.double().abs() @ dw.T
     quant2 = dx**2 @ (wd**2).T + x.double()**2 @ (dw**2).T
     testing.check_output(f"{name}.out vs unquantized", o["out"], exact,
-                         testing.tol_fp8_quantized(dtype, k, scale, quant, quant2), pk.layers[1].checks,
+                         testing.tol_fp8_quantized(dtype, k, scale, quant, quant2, tc), pk.layers[1].checks,
                          pk=pk)
 
 
-def run_case(dtype, batch, k, n, grid, jitter=0, output_dir=None, world=testing.ONE_RANK):
+def run_case(dtype, batch, k, n, grid, jitter=0, output_dir=None, world=testing.ONE_RANK, target_cc=None):
     d = kernel_test.inputs(batch, k, n)                       # the same on every rank
     d["x"] = d["x"].to(dtype).float()                         # the activations as the graph holds them
     # this rank's weight rows: the codes, and the words of those rows (the columns of [packed_k, N])
     qw, w = world.shard("weight", d["qw"]), world.shard("weight", d["w"])
     sw = world.shard("weight", d["sw"].T.contiguous()).T.contiguous()
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params))
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params,
+                                               **({"target_cc": target_cc} if target_cc else {})))
     cols = max(g for g in range(1, grid + 1) if qw.shape[0] % g == 0)        # divides the local N
     o = build(pk, dtype, {**d, "qw": qw, "sw": sw}, cols)
     pk.compile(output_dir=output_dir)
@@ -106,6 +109,14 @@ def _jitter(dtype, case) -> int:
 def test_linear_fp8(dtype, case, tmp_path):
     run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=str(tmp_path))
 
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=lambda d: str(d)[6:])
+def test_linear_fp8_tensor_cores(dtype, tmp_path):
+    """16 rows on an sm_90 target: the tensor-core path (mma.m16n8k32 e4m3, csrc/tasks/linear_fp8.cuh) on
+    real generated code, several workers, jitter; its budget counts K twice (tol_linear)."""
+    pk = run_case(dtype, 16, 1024, 64, 4, jitter=7, output_dir=str(tmp_path), target_cc=90)
+    assert pk.layers[1].params["tensor_cores"]
 
 if __name__ == "__main__":
     testing.run_cases_as_script("linear_fp8", run_case, DTYPES, CASES, _jitter)
