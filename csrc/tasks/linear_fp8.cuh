@@ -16,15 +16,16 @@
 // a warp per output, fp8::block_dot), lane 0 adds the residual, rounds once and stores. No shared memory,
 // no block barrier. Summation order: depends on K only. A tile whose scales do not hold a word per 4 blocks
 // of its rows fails the task (task_fail) before any access past them.
-// Tensor cores (iparam(0), the layer's choice: at least 16 rows on an sm_89+ target): linear_fp8_mma below,
-// mma.m16n8k32 e4m3 with ldmatrix operands from cp.async-staged tiles, blocks summed apart and scaled as here.
+// Tensor cores (iparam(0), the layer's choice: at least 16 rows on an sm_89+ target): mma_fp8.cuh's
+// fp8_mma_rows, mma.m16n8k32 e4m3 with ldmatrix operands from cp.async-staged tiles, each block summed apart
+// and scaled into the output as here.
 // Not here (future variants): the block-scaled MMA of sm_100 (MPK's tcgen05 path), 16-byte code loads.
 // Test: tests/runtime_python/linear_fp8/, tests/runtime_python/linear_fp8_with_residual/
 // Run:  python -m pytest tests/runtime_python/linear_fp8/ tests/runtime_python/linear_fp8_with_residual/
 #pragma once
-#include "../runtime/ptx.h"
 #include "fp8_dot.cuh"
 #include "linear.cuh"
+#include "mma_fp8.cuh"
 
 namespace mpk {
 
@@ -52,82 +53,24 @@ MPK_DEVICE MPK_INLINE void store_output(T* y, const Tile2D& yt, int64_t b, int64
     y[b * yt.row_stride + j * yt.col_stride] = from_float<T>(sum);
 }
 
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890
-// The tensor-core path (mma.m16n8k32 e4m3, sm_89 and newer), in mma_linear.cuh's form: y^T = W x^T, warp w
-// owning the groups of 16 output columns w, w + warps, ..., each pass over 8 batch rows streaming K in
-// stages of 64 codes through two per-warp buffers (cp.async.cg, rows past n or B zero-filled, the same
-// XOR swizzle of 64-byte rows, chunk_at), per stage one ldmatrix.x4 of x (8 rows x 64 codes: B of two k32
-// steps) and per k32 step one ldmatrix.x4 of W (16 rows x 32 codes: A) and one mma. A block of 128 codes
-// (two stages) sums into its own fp32 accumulator, which then enters y's times the block's scale: the
-// SIMT path's structure, with the block's products added in the tensor core's order (budget: K twice,
-// as mma_linear.cuh). Shared memory: 3 KiB per warp at warp x 3 KiB.
-template <typename T>
-MPK_DEVICE void linear_fp8_mma(const fp8_e4m3_t* x, const Tile2D& xt, const fp8_e4m3_t* w, const Tile2D& wt,
-                               const BlockScales& scale, const T* residual, const Tile2D& rt, T* y,
-                               const Tile2D& yt) {
-    using mma_linear_detail::chunk_at;
-    constexpr int KS = 64, WROWS = 16, XROWS = 8, STAGE = (WROWS + XROWS) * KS, WARP_BYTES = 2 * STAGE;
-    static_assert(KS == mma_linear_detail::ROW, "chunk_at's 64-byte rows");
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    char* bufs = smem<char>(size_t(warp) * WARP_BYTES, WARP_BYTES);
-    const int64_t n = yt.cols, rows = yt.rows, stages = xt.cols / KS;
-    const int a_row = (lane & 7) + 8 * ((lane >> 3) & 1), a_chunk = lane >> 4;  // W: rows 0-15, codes 0-15 | 16-31
-    const int b_row = WROWS + (lane & 7), b_chunk = lane >> 3;                    // x: rows 0-7, 16-code chunks 0-3
-    const int g = lane >> 2, t = lane & 3;
-    for (int64_t c0 = int64_t(warp) * WROWS; c0 < n; c0 += int64_t(warps) * WROWS) {
-        for (int64_t b0 = 0; b0 < rows; b0 += XROWS) {
-            // stage s's 16 W rows and 8 x rows of 4 chunks of 16 codes: lane l fills chunks l, l + 32, ...
-            auto stage = [&](char* dst, int64_t k0) {
-                for (int c = lane; c < (WROWS + XROWS) * 4; c += 32) {
-                    const int r = c / 4;
-                    const int64_t row = r < WROWS ? c0 + r : b0 + r - WROWS;
-                    const bool in = r < WROWS ? row < n : row < rows;
-                    const fp8_e4m3_t* src = r < WROWS ? w + (in ? row * wt.row_stride + k0 + 16 * (c % 4) : 0)
-                                                      : x + (in ? row * xt.row_stride + k0 + 16 * (c % 4) : 0);
-                    ptx::cp_async_cg_shared_global<16>(dst + chunk_at(r, c % 4), src, in ? 16u : 0u);
-                }
-            };
-            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            stage(bufs, 0);
-            ptx::cp_async_commit_group();
-            for (int64_t s = 0; s < stages; ++s) {
-                if (s + 1 < stages) {
-                    stage(bufs + ((s + 1) & 1) * STAGE, (s + 1) * KS);
-                    ptx::cp_async_commit_group();
-                    ptx::cp_async_wait_group<1>();  // stage s has landed, s + 1 may be in flight
-                } else {
-                    ptx::cp_async_wait_group<0>();
-                }
-                __syncwarp();  // every lane's copies of stage s are visible to the warp
-                const char* sg = bufs + (s & 1) * STAGE;
-                uint32_t xb[4];  // registers 2j, 2j + 1: B of k32 step j
-                ptx::ldmatrix_m8n8_x4_shared_b16(xb, sg + chunk_at(b_row, b_chunk));
-                MPK_UNROLL
-                for (int j = 0; j < 2; ++j) {
-                    uint32_t a[4];
-                    ptx::ldmatrix_m8n8_x4_shared_b16(a, sg + chunk_at(a_row, 2 * j + a_chunk));
-                    const uint32_t b[2] = {xb[2 * j], xb[2 * j + 1]};
-                    ptx::mma_m16n8k32_row_col_f32_e4m3_e4m3_f32(blk, a, b, blk);
-                }
-                __syncwarp();  // every lane has read stage s & 1 before stage s + 2 is copied into it
-                if (s % 2 == 1) {  // block s / 2 complete: into y's sums, times its scale
-                    MPK_UNROLL
-                    for (int i = 0; i < 4; ++i) {
-                        const int64_t col = c0 + g + 8 * (i >> 1), b = b0 + 2 * t + (i & 1);
-                        if (col < n && b < rows) acc[i] += blk[i] * scale(b, col, s / 2);
-                        blk[i] = 0.0f;
-                    }
-                }
-            }
-            MPK_UNROLL
-            for (int i = 0; i < 4; ++i) {  // D: rows are output columns c0 + g (+ 8), columns batch rows b0 + 2t (+ 1)
-                const int64_t col = c0 + g + 8 * (i >> 1), b = b0 + 2 * t + (i & 1);
-                if (col < n && b < rows) store_output(y, yt, b, col, acc[i], residual, rt);
-            }
-        }
+// x's row b (the tensor-core path reads rows through it, mma_fp8.cuh).
+struct PlainRows {
+    const fp8_e4m3_t* x;
+    int64_t row_stride;
+    MPK_DEVICE MPK_INLINE const fp8_e4m3_t* row(int64_t b) const { return x + b * row_stride; }
+};
+
+// How the tensor-core path's output (b, j) reaches y: store_output.
+template <typename T> struct OutputStore {
+    T* y;
+    Tile2D yt;
+    const T* residual;
+    Tile2D rt;
+    MPK_DEVICE MPK_INLINE void operator()(int64_t b, int64_t j, float sum) const {
+        store_output(y, yt, b, j, sum, residual, rt);
     }
-}
-#endif
+};
+
 
 }  // namespace fp8_linear_detail
 
@@ -148,7 +91,8 @@ MPK_DEVICE void linear_fp8_tile(const TaskView& v, const T* residual, const Tile
     T* y = v.out<T>(0);
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890
     if (tensor_cores && linear_detail::rows_aligned16(x, xt) && linear_detail::rows_aligned16(w, wt)) {
-        linear_fp8_mma<T>(x, xt, w, wt, scale, residual, rt, y, yt);
+        fp8_mma_rows(xt.rows, xt.cols, BLOCK, PlainRows{x, xt.row_stride}, w, wt, scale,
+                     OutputStore<T>{y, yt, residual, rt});
         return;
     }
 #endif

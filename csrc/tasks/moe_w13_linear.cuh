@@ -85,7 +85,23 @@ MPK_DEVICE void for_each_routed(const TaskView& v, int routing_in, int mask_in, 
     });
 }
 
-// Row b of an expert's GEMM is its b-th routed (token, slot): rows[2 b], rows[2 b + 1] (shared memory).
+// Lists expert e's routed (token, slot) pairs in `rows` (shared memory, 2 x batch int32: rows[2 b],
+// rows[2 b + 1] for row b of the expert's GEMM) in token order, then __syncthreads: thread 0 writes them,
+// every thread counts the same tokens. Returns the count; -1 after a bad routing entry failed the task
+// (every thread returns alike, before the barrier).
+MPK_DEVICE MPK_INLINE int64_t list_routed(const TaskView& v, int routing_in, int64_t e, int64_t batch, int64_t topk,
+                                          int32_t* rows) {
+    int64_t count = 0;
+    const bool ok = for_each_token(v, routing_in, e, batch, topk, [&](int64_t t, int64_t slot) {
+        if (threadIdx.x == 0) rows[2 * count] = int32_t(t), rows[2 * count + 1] = int32_t(slot);
+        ++count;
+    });
+    if (!ok) return -1;
+    __syncthreads();  // the list is visible to every warp
+    return count;
+}
+
+// Row b of an expert's GEMM is its b-th routed (token, slot) (list_routed).
 // GatherX reads x's row of it (linear.cuh's PlainX says what load and at take); ScatterStore stores y's.
 template <typename T> struct GatherX {
     const T* x;
@@ -129,13 +145,8 @@ MPK_DEVICE void moe_linear_tile(const TaskView& v) {
     const moe_detail::GatherX<T> xs{x, rows, x_row, x_slot, x_col};
     const moe_detail::ScatterStore<T> st{v.out<T>(0), rows, yt.strides[0], yt.strides[1], yt.strides[2]};
     moe_detail::for_each_expert(v, 3, num_experts, [&](int64_t e) {
-        int64_t count = 0;  // every thread counts the same tokens; thread 0 writes the list
-        const bool ok = moe_detail::for_each_token(v, 2, e, batch, yt.dims[1], [&](int64_t t, int64_t slot) {
-            if (threadIdx.x == 0) rows[2 * count] = int32_t(t), rows[2 * count + 1] = int32_t(slot);
-            ++count;
-        });
-        if (!ok) return false;
-        __syncthreads();  // the list is visible to every warp
+        const int64_t count = moe_detail::list_routed(v, 2, e, batch, yt.dims[1], rows);
+        if (count < 0) return false;
         linear_rows<T>(count, k_len, w + e * wt.strides[0], we, nullptr, Tile2D{}, xs, vec, st, tensor_cores);
         __syncthreads();  // every warp is done with the list before the next expert's
         return true;

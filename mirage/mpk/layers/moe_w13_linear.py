@@ -26,6 +26,7 @@ import torch
 from ..dtypes import FLOATS, float8_e4m3, float32, int32
 from . import BY_REQUEST, NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor, storage
 from .linear import uses_tensor_cores
+from .linear_fp8 import tensor_cores as fp8_tensor_cores
 
 TASK_TYPE = 254          # MPK's TASK_MOE_W13_LINEAR_SM100 (runtime_header.h)
 # Tensor parallelism (mirage.mpk.testing.TP_KINDS): column-parallel, as MPK's MoE gate/up: rank r holds
@@ -33,7 +34,7 @@ TASK_TYPE = 254          # MPK's TASK_MOE_W13_LINEAR_SM100 (runtime_header.h)
 TP = "column"
 EXPERT_AXIS, COLUMN_AXIS = 0, 1      # MPK: grid.x the expert stride, grid.y the column split
 FP8_GROUPS = (64, 128)     # codes per float32 scale in the fp8 variants (MPK fixes 128; 64 as quantize_fp8's)
-MAX_BATCH = 1024           # the 16/32-bit kernel lists an expert's (token, slot) pairs in shared memory
+MAX_BATCH = 1024           # the kernels list an expert's (token, slot) pairs in shared memory
 
 
 def moe_grid(column_tiles: int, expert_stride: int) -> tuple[int, int, int]:
@@ -52,12 +53,13 @@ def experts_of(mask: torch.Tensor, num_experts: int, first: int, stride: int) ->
 
 
 def moe_linear_parts(name: str, input, weight, moe_routing_indices, moe_mask, output, grid_dim, block_dim,
-                     *, w2: bool, input_scale=None, weight_scale=None) -> dict:
+                     *, w2: bool, input_scale=None, weight_scale=None, target_cc: int = 0) -> dict:
     """The checks, partition map and live parts of the four MoE expert linears (moe_w13_linear, moe_w2_linear
     and their fp8 variants, layers/moe_w13_fp8.py), as the Layer's arguments after its name and kind; w2:
     input [batch, topk, K], one row per (token, slot). With input_scale and weight_scale (fp8): input and
     weight are e4m3 codes, the scales float32 [..., K / G] beside them (G in FP8_GROUPS), split as their
-    codes are, and the output any float dtype; the roles take MPK's fp8 keywords (input_fp8, ...)."""
+    codes are, and the output any float dtype; the roles take MPK's fp8 keywords (input_fp8, ...). target_cc:
+    the kernel's (the fp8 variants' tensor cores need sm_89)."""
     fp8 = input_scale is not None
     x_role, w_role = ("input_fp8", "weight_fp8") if fp8 else ("input", "weight")
     grid = check_grid(name, grid_dim, block_dim)
@@ -108,11 +110,13 @@ def moe_linear_parts(name: str, input, weight, moe_routing_indices, moe_mask, ou
                              f"write to another tensor")
     if grid[2] != 1:
         raise ValueError(f"layer '{name}': grid_dim.z must be 1, got {grid}")
-    if not fp8 and batch > MAX_BATCH:
+    if batch > MAX_BATCH:
         raise ValueError(f"layer '{name}': batch {batch} is over {MAX_BATCH}, the tokens whose (token, slot) "
                          f"list the kernel keeps in shared memory per expert")
-    # linear's rule (bf16 / fp16 from 16 tokens, csrc/tasks/mma_linear.cuh), one choice for every task
-    tc = int(not fp8 and uses_tensor_cores(x.dtype, batch))
+    # linear's rule (bf16 / fp16 from 16 tokens, csrc/tasks/mma_linear.cuh; fp8 from 16 tokens on an sm_89+
+    # target, mma_fp8.cuh), one choice for every task
+    tc = fp8_tensor_cores(name, batch, block_dim, target_cc) if fp8 else \
+        int(uses_tensor_cores(x.dtype, batch))
     cols = [NOT_SPLIT] * 3
     cols[COLUMN_AXIS] = 1
     inputs = [Access(x_role, x), Access(w_role, w, tuple(cols))]

@@ -22,5 +22,6 @@ TP = "row"
 def moe_w2_fp8_layer(pk, name: str, input_fp8, input_scale, weight_fp8, weight_scale, moe_routing_indices,
                      moe_mask, output, grid_dim, block_dim) -> Layer:
     parts = moe_linear_parts(name, input_fp8, weight_fp8, moe_routing_indices, moe_mask, output, grid_dim,
-                             block_dim, w2=True, input_scale=input_scale, weight_scale=weight_scale)
+                             block_dim, w2=True, input_scale=input_scale, weight_scale=weight_scale,
+                             target_cc=pk.target_cc)
     return Layer(name, "moe_w2_fp8", ue8m0_scales=UE8M0_SCALES, **parts)
