@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("MPK_TEST_DEVICE", "cpu") != "cpu
 SWAP_GATE_UP = ("silu_times(to_float(g.e[i]), to_float(u.e[i]))",
                 "silu_times(to_float(u.e[i]), to_float(g.e[i]))")
 NO_RESIDUAL = ("v.iparam(0) != 0 ? v.in<const T>(2) : nullptr", "nullptr")
-UP_PAST_I = ("xs{xt.cols * xt.col_stride}", "xs{(xt.cols + 1) * xt.col_stride}")
+UP_PAST_I = ("xs{gate, xt, xt.cols * xt.col_stride}", "xs{gate, xt, (xt.cols + 1) * xt.col_stride}")
 
 
 def mutated_kernel(tmp_path, old: str, new: str):

@@ -38,8 +38,8 @@ TESTMODE = testing.load_reference(os.path.join(FOLDER, "x.py"), name="test_split
 pytestmark = pytest.mark.skipif(os.environ.get("MPK_TEST_DEVICE", "cpu") != "cpu",
                                 reason="the messages asserted are the CPU emulation's")
 
-PLAIN_STORE = ("MPK_INLINE void operator()(T* p, float sum) const {",
-               "MPK_INLINE void operator()(T* p, float sum) const { *p = from_float<T>(sum); return;")
+PLAIN_STORE = ("T* p = y + b * yt.row_stride + col * yt.col_stride;",
+               "T* p = y + b * yt.row_stride + col * yt.col_stride; *p = from_float<T>(sum); return;")
 WRONG_K_OFFSET = ("const T* x = v.in<const T>(0);", "const T* x = v.in<const T>(0) + xt.cols;")
 NO_RETRY = ("} while (old != assumed);", "} while (false);  // one try, no retry")
 WRONG_HALF = ("const unsigned int shift = unsigned(a & 2) * 8;",
