@@ -127,21 +127,28 @@ inline bool execute_task(const mpk::TaskView& v) {
 namespace fake {
 std::atomic<mpk::host::Kernel*> g_kernel{nullptr};
 std::atomic<int> g_violations{0}, g_queued_seen{0}, g_release{0}, g_fail_armed{0};
+// Set by the pre-launch test: the probe goes on (to its cap) until it has seen a task queued before
+// its event fired. A correct pre-launch queues them at the pass's start without waiting for the
+// probe, so only a busy machine delays them; waiting a fixed time failed under CI's load.
+std::atomic<bool> g_probe_wants_violation{false};
 // The monotonic clock in ns (the executor's now_ns on the CPU), so a kernel can say when it got
 // somewhere and a test can time from there rather than from the launch.
 int64_t steady_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
 }
-// PROBE: for iparams[0] ms, and then until it has seen at least one queued id (at most 30 s:
-// on a loaded machine the pass's first ids may reach the rings late, and a probe that saw none
-// proves nothing), checks every worker ring: each queued task's event has completed
+// PROBE: for iparams[0] ms, and then until it has seen at least one queued id (and, when
+// g_probe_wants_violation, one queued early) (at most 30 s: on a loaded machine the pass's ids may
+// reach the rings late, and a probe that saw none proves nothing), checks every worker ring: each queued task's event has completed
 // (event-driven dispatch: a task is enqueued only once its event fired). Counts what it saw.
 void probe(const mpk::TaskView& v) {
     mpk::host::Kernel& k = *g_kernel.load();
     const auto now = std::chrono::steady_clock::now();
     const auto until = now + std::chrono::milliseconds(v.iparam(0)), cap = now + std::chrono::seconds(30);
-    for (auto t = now; (t < until || g_queued_seen.load() == 0) && t < cap; t = std::chrono::steady_clock::now()) {
+    auto waiting = [&](auto t) {
+        return t < until || g_queued_seen.load() == 0 || (g_probe_wants_violation.load() && g_violations.load() == 0);
+    };
+    for (auto t = now; waiting(t) && t < cap; t = std::chrono::steady_clock::now()) {
         for (int32_t w = 0; w < k.cfg.num_workers; ++w) {
             const int64_t head = mpk::ld_acquire(&k.worker_head[w].v), tail = mpk::ld_acquire(&k.worker_tail[w].v);
             for (int64_t h = head; h < tail; ++h) {
@@ -1152,7 +1159,9 @@ static void test_event_driven_dispatch() {
 // it: the values are exact.
 static void test_prelaunch_dispatch() {
     const int before = g_failures;
+    fake::g_probe_wants_violation = true;
     run_probe_graph(MPK_DISPATCH_MPK, "pre-launch dispatch");
+    fake::g_probe_wants_violation = false;
     CHECK(fake::g_violations > 0, "no task was queued before its event fired: not MPK's pre-launch");
     printf("pre-launch dispatch (MPK's): while task 1 ran, %d queued ids seen, %d of them before their event fired; "
            "values exact %s\n", fake::g_queued_seen.load(), fake::g_violations.load(),
