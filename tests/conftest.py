@@ -12,6 +12,9 @@ import pytest
 
 # MPK_SUITE_CACHE_DIR: this run's cache, inherited by pytest-xdist's workers (started after this file
 # is imported), so the workers share one cache (its entries are locked per key: mirage/mpk/build.py).
+# The process that made it (none given: not a worker, not a pytest run inside a test) removes it when
+# the session passed (each run left 400-500 MB in /tmp); a failed session keeps it and says where.
+_owns_cache = not (os.environ.get("MPK_TEST_CACHE_DIR") or os.environ.get("MPK_SUITE_CACHE_DIR"))
 _cache = (os.environ.get("MPK_TEST_CACHE_DIR") or os.environ.get("MPK_SUITE_CACHE_DIR")
           or tempfile.mkdtemp(prefix="mpk-test-cache-"))
 os.environ["MPK_CACHE_DIR"] = os.environ["MPK_SUITE_CACHE_DIR"] = _cache
@@ -180,7 +183,8 @@ def pytest_runtest_protocol(item, nextitem):
     return True
 
 
-def pytest_sessionfinish(session):
+def pytest_sessionfinish(session, exitstatus):
+    _drop_cache(int(exitstatus))
     folder = os.environ.get("MPK_SUITE_TIMES_DIR")
     if not folder or not _times:
         return
@@ -190,3 +194,14 @@ def pytest_sessionfinish(session):
     with open(os.path.join(folder, f"{worker}.jsonl"), "a") as f:
         for path, (wall, cpu, tests) in _times.items():
             f.write(json.dumps(dict(file=path, worker=worker, wall=wall, cpu=cpu, tests=tests)) + "\n")
+
+
+def _drop_cache(exitstatus: int) -> None:
+    if not _owns_cache:
+        return
+    if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        import shutil
+
+        shutil.rmtree(_cache, ignore_errors=True)
+    else:
+        print(f"\nthe run's compile cache (generated modules and their builds) is kept: {_cache}")
