@@ -50,7 +50,7 @@ struct Context {
     int32_t worker;         // -1: not a worker (mpk_run_task's caller)
 };
 
-// The calling thread's context: a field of the emulation's one thread_local struct (simt_cpu_sched.h
+// The calling thread's context: a field of the emulation's one thread_local struct (simt_cpu_state.h
 // Tls), since the emulation poisons every other thread_local of the module at each task start as a
 // static __shared__ array (simt_cpu_tls.h). The default TLS model: static TLS ("initial-exec") is too
 // scarce for a dlopen'ed module (the load fails with "cannot allocate memory in static TLS block").

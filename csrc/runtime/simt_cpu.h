@@ -27,7 +27,9 @@
 //   simt_cpu_types.h      CUDA keywords (__device__, __shared__, ...), vector and 16-bit float types
 //   simt_cpu_sanitizer.h  TSan / ASan hooks, TsanIgnore
 //   simt_cpu_switch.h     the hand-written context switch (x86-64, aarch64)
-//   simt_cpu_sched.h      Block / Error, fibers, the per-OS-thread pool, the scheduler
+//   simt_cpu_state.h      Block / Error, the fiber records, the block's scheduler state, the thread_local
+//   simt_cpu_pool.h       per OS thread: the fibers and their stacks, the shared-memory arena
+//   simt_cpu_sched.h      the scheduler, the switch, a fiber's entry and exit
 //   simt_cpu_tls.h        the static __shared__ poison (this module's TLS block, less the emulation's)
 //   simt_cpu_sync.h       barriers, warp collectives, their checks and the deadlock diagnosis
 //   simt_cpu_block.h      run_block, mpk::smem, the executor's BlockRef / task_barrier / MPK_RUN_TASK

@@ -272,9 +272,7 @@ MPK_SIMT_SLOW void async_tick(Sched& s, Fiber* self) {
     }
     if (lands) land_where(s, int(self->tid.x), [&](uint32_t g) { return g == kOpen || !((lands >> (g % 32)) & 1); });
 }
-#else
-void async_tick(Sched& s, Fiber* self);
-#endif
+#endif  // (declared above)
 
 // The thread's task ended (the executor's run_task) or the thread is exiting: nothing may be in flight.
 #if MPK_SIMT_DEFINE_SLOW_PATHS
@@ -286,9 +284,7 @@ MPK_SIMT_SLOW void async_thread_done(Sched& s, Fiber* self, const char* what) {
                 (v.size() == 1 ? "y" : "ies") + " in flight, the first " + copy_text(v[0], int(self->tid.x)) +
                 ": a cp.async.wait_group / wait_all must cover every group before the task ends");
 }
-#else
-void async_thread_done(Sched& s, Fiber* self, const char* what);
-#endif
+#endif  // (declared above)
 
 }  // namespace detail
 #pragma GCC visibility pop

@@ -1,7 +1,7 @@
 // simt_cpu_tls.h: the poison of static __shared__ arrays. They are `static thread_local` on the
 // host (simt_cpu_types.h), so they live in this module's TLS block (its PT_TLS segment), whose
 // instance for the calling OS thread dl_iterate_phdr gives (dlpi_tls_data). The emulation keeps
-// every thread_local of its own in one object (tl, simt_cpu_sched.h), so the poison is the whole
+// every thread_local of its own in one object (tl, simt_cpu_state.h), so the poison is the whole
 // block less tl: at every block start and, in test mode, as the task barrier completes (the
 // executor's state that must outlive a task is in block_scratch, not in a __shared__ array).
 // So a code base that includes simt_cpu.h keeps no other thread_local (docs/simt.md).
