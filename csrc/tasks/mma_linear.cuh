@@ -45,10 +45,16 @@ constexpr int WARP_BYTES = 2 * STAGE;         // two stages per warp
 // Where 16-byte chunk c (0..3) of staged row r lives (the swizzle above).
 MPK_DEVICE MPK_INLINE int chunk_at(int r, int c) { return r * ROW + 16 * (c ^ ((r >> 1) & 3)); }
 
+// acc += A B on the tensor cores for 16-bit T: m16n8k16 and m16n8k8 (paged_attention.cuh's P V).
 template <typename T>
 MPK_DEVICE MPK_INLINE void mma16(float (&acc)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
     if constexpr (std::is_same<T, bf16_t>::value) ptx::mma_m16n8k16_row_col_f32_bf16_bf16_f32(acc, a, b, acc);
     else ptx::mma_m16n8k16_row_col_f32_f16_f16_f32(acc, a, b, acc);
+}
+template <typename T>
+MPK_DEVICE MPK_INLINE void mma8(float (&acc)[4], const uint32_t (&a)[2], const uint32_t (&b)[1]) {
+    if constexpr (std::is_same<T, bf16_t>::value) ptx::mma_m16n8k8_row_col_f32_bf16_bf16_f32(acc, a, b, acc);
+    else ptx::mma_m16n8k8_row_col_f32_f16_f16_f32(acc, a, b, acc);
 }
 
 // Slice [k0, k0 + KS) of W rows [c0, c0 + 16) and of x rows [b0, b0 + 8 chunks) into `stage`: 64 chunks of

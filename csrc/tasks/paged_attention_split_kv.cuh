@@ -36,10 +36,17 @@ __device__ void paged_attention_split_kv_rows(const TaskView& v) {
     __syncthreads();
     const int G = static_cast<int>(tile2d(v.in_tile(0)).cols / (32 * NV)) - 2;
     const int warps = static_cast<int>(blockDim.x) / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float* qw = smem<float>(warp * (32 * NV + 32) * sizeof(float), 32 * NV + 32);
     const MpkTile &yt = v.out_tile(0), &lt = v.out_tile(3);
     T* y = v.out<T>(0);
     float* ls = v.out<float>(3);
+    if (attn_tensor_cores<T>(v, q, G)) {  // the chunk's keys on the tensor cores (paged_attention.cuh)
+        char* rows = smem<char>(size_t(warp) * 16 * 64 * NV, 16 * 64 * NV);
+        const AttnOut<T> out{y, q.first, yt.strides[0], yt.strides[1], 32 * NV, ls, lt.strides[0], lt.strides[1]};
+        for (int64_t u0 = int64_t(warp) * 16; u0 < q.tokens * G; u0 += int64_t(warps) * 16)
+            attn_pairs_mma<T, NV>(v, q, o, G, u0, lo, hi, rows, out);
+        return;
+    }
+    float* qw = smem<float>(warp * (32 * NV + 32) * sizeof(float), 32 * NV + 32);
     for (int64_t u = warp; u < q.tokens * G; u += warps) {
         const int64_t i = u / G;
         const int g = static_cast<int>(u % G);

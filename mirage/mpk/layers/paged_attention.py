@@ -11,6 +11,8 @@ new K (normed, roped) and V go into the request's slots; causal softmax(q k^T / 
 cached and new tokens. Grid (max_num_batched_requests, Hkv, 1), as MPK: grid.x is the request (its tasks
 share the output and cache tiles, each writing its request's rows and slots: BY_REQUEST, `live`),
 grid.y the KV head (input dim 1, cache dim 2, output dim 1). A request slot without tokens does nothing.
+A bf16 / fp16 request of 16+ (token, query head) pairs scores and sums on the tensor cores (q and the
+probabilities rounded to the dtype: tensor_core_rows, testing.tol_attention(tensor_cores=)).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import torch
 
 from ..dtypes import FLOATS
 from . import BY_REQUEST, FINITE, NONZERO, NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor
+from .linear import uses_tensor_cores
 
 TASK_TYPE = 116          # MPK's TASK_PAGED_ATTENTION_1
 # Tensor parallelism (mirage.mpk.testing.TP_KINDS): by heads, as MPK's models: rank r holds KV heads
@@ -29,6 +32,17 @@ TP = "heads"
 HEAD_DIMS = (64, 128)
 EPS = 1e-6                   # MPK's q/k norm epsilon, fixed in its kernels and in ours (ATTN_EPS)
 QK_NORM, ROPE = 1, 2         # iparam(1) flags
+
+
+def tensor_core_rows(dtype, qo_indptr, group: int, rows: int) -> torch.Tensor:
+    """[rows] bool: the output rows whose step 3 runs on the tensor cores (the kernel's attn_tensor_cores,
+    csrc/tasks/paged_attention.cuh): a bf16 / fp16 layer's requests of at least 16 (token, query head)
+    pairs, tokens x group >= TENSOR_CORE_MIN_ROWS; qo_indptr: the batch's row offsets per request."""
+    mask = torch.zeros(rows, dtype=torch.bool)
+    qo = [int(x) for x in qo_indptr]
+    for lo, hi in zip(qo, qo[1:]):
+        mask[lo:hi] = uses_tensor_cores(dtype, (hi - lo) * group)
+    return mask
 
 
 def check_attention(pk, name: str, input, k_cache, v_cache, q_norm, k_norm, cos_pos_embed, sin_pos_embed,

@@ -57,6 +57,17 @@ in fp32 (csrc/tasks/paged_attention.cuh). Two error sources, each a `tolerance` 
                into score_scale = max_j sigma_j * sum_j p_j |v_j - o| / sum_j p_j.
     A key rounded once more or a softmax without its max subtracted stays inside; a wrong page, a
     missing causal mask or a wrong position moves o by the size of v itself.
+Attention on the tensor cores (tol_attention(tensor_cores=); csrc/tasks/paged_attention.cuh attn_pairs_mma:
+16-bit layers, requests of at least 16 (token, query head) pairs). q is rounded to T for the mma and P =
+exp2(s - m) too, l summing the rounded p~, so o = sum_j p~_j v_j / sum_j p~_j; the tensor core adds in an
+unspecified order and precision (docs/simt.md), and the online softmax rescales per block of 8 keys:
+    the scores: q's rounding moves s_j by u_T sum_d |q_d k_jd| / sqrt(D) <= u_T sigma_j, and the dot
+               product's D terms count twice: eps_s + u_T + D u32, times score_scale;
+    the sums:  p~_j = p_j (1 + d_j), |d_j| <= u_T, moves o by sum_j pi_j (d_j - d) (v_j - o) / (1 + d),
+               d = sum_j pi_j d_j: at most 2 u_T sum_j pi_j |v_j - o| <= 4 u_T value_scale; the numerator's
+               keys count twice and the rescales are keys / 8: + (keys + keys / 8) u32 value_scale.
+    The lse (tol_attention_lse): the scores' terms in log2 units, and log2 of sum p~ moves by at most
+               u_T / ln 2.
 
 Split-K accumulate (tol_splitk_linear): y = y_0 + sum_j p_j over s = grid.y K slices, p_j an fp32 partial
 over `terms` = K / s products (csrc/tasks/splitk_linear.cuh), each added into y as
@@ -277,17 +288,33 @@ def tol_rmsnorm_linear(dtype: DType | torch.dtype, hidden: int, scale: torch.Ten
 
 
 def tol_attention(dtype: DType | torch.dtype, head_dim: int, keys: int, value_scale: torch.Tensor,
-                  score_scale: torch.Tensor, score_var: torch.Tensor | None = None) -> Tolerance:
+                  score_scale: torch.Tensor, score_var: torch.Tensor | None = None,
+                  tensor_cores: bool | torch.Tensor = False) -> Tolerance:
     """Attention's output (module doc, "Attention"): the weighted sums' term over `keys` keys plus the
     scores' term; both scales per output element from the reference's probabilities. score_var: the
     statistical model's sum_j (p_j (v_j - o))^2 sum_d (q_d k_jd)^2 / D (independent key roundings;
-    tolerance's scale2), default score_scale^2, which bounds it."""
+    tolerance's scale2), default score_scale^2, which bounds it. tensor_cores: where the kernel took
+    them (a bool, or a mask broadcast against the output: layers/paged_attention.py tensor_core_rows),
+    the module doc's "Attention on the tensor cores" terms are added."""
     sums = tolerance(dtype, k=2 * keys + keys // 32 + 4, scale=value_scale, ops=4)
     scores = tolerance(dtype, k=2 * head_dim + 20, scale=score_scale, ops=0, input_rounding=dtype,
                        scale2=score_var)
     floor = _TINY[to_dtype(dtype).torch] / 2
-    return Tolerance(sums.atol + scores.atol - floor, sums.rtol, f"attention over {keys} keys: {sums.why}; "
-                     f"scores: {scores.why}", sums.var_abs + scores.var_abs - floor**2 / 3, sums.var_rel)
+    tol = Tolerance(sums.atol + scores.atol - floor, sums.rtol, f"attention over {keys} keys: {sums.why}; "
+                    f"scores: {scores.why}", sums.var_abs + scores.var_abs - floor**2 / 3, sums.var_rel)
+    u = to_dtype(dtype).unit_roundoff
+    return _on_tensor_cores(tol, tensor_cores, ((keys + keys // 8) * U32 + 4 * u) * value_scale.double()
+                            + (head_dim * U32 + u) * score_scale.double())
+
+
+def _on_tensor_cores(tol: Tolerance, tensor_cores: bool | torch.Tensor, extra: torch.Tensor) -> Tolerance:
+    """tol plus the worst-case term `extra` (and its variance as a uniform error) where tensor_cores (a
+    bool or a mask) says attention ran on them (module doc, "Attention on the tensor cores")."""
+    if tensor_cores is False:
+        return tol
+    tc = torch.as_tensor(tensor_cores, dtype=torch.float64)
+    why = tol.why + "; tensor cores: q and P rounded, D and the keys counted twice"
+    return Tolerance(tol.atol + tc * extra, tol.rtol, why, tol.var_abs + tc * extra**2 / 3, tol.var_rel)
 
 
 def tol_qk_norm_rope(dtype: DType | torch.dtype, head_dim: int, scale: torch.Tensor) -> Tolerance:
@@ -310,17 +337,21 @@ def tol_splitk_linear(dtype: DType | torch.dtype, terms: int, adds: int, scale: 
                      f"{rounds.why}", sums.var_abs + rounds.var_abs - floor**2 / 3, sums.var_rel)
 
 
-def tol_attention_lse(dtype: DType | torch.dtype, head_dim: int, keys: int, sigma: torch.Tensor) -> Tolerance:
+def tol_attention_lse(dtype: DType | torch.dtype, head_dim: int, keys: int, sigma: torch.Tensor,
+                      tensor_cores: bool | torch.Tensor = False) -> Tolerance:
     """A split-KV chunk's lse (float32, log2 units; module doc, "Split-KV attention"): sigma = max_j sigma_j
     per row and query head over the chunk's keys (0 without a key); keys: the most keys a row attends;
-    dtype: the cache's (its new keys' rounding)."""
+    dtype: the cache's (its new keys' rounding). tensor_cores: as tol_attention's."""
     scores = tolerance(torch.float32, k=2 * head_dim + 20, scale=sigma * (1 / math.log(2)), ops=0,
                        input_rounding=dtype)
     sums = tolerance(torch.float32, k=keys + keys // 32 + 8, scale=1 / math.log(2) + math.log2(max(keys, 2)),
                      ops=4)
     floor = _TINY[torch.float32] / 2
-    return Tolerance(sums.atol + scores.atol - floor, sums.rtol, f"lse over {keys} keys: {sums.why}; scores: "
-                     f"{scores.why}", sums.var_abs + scores.var_abs - floor**2 / 3, sums.var_rel)
+    tol = Tolerance(sums.atol + scores.atol - floor, sums.rtol, f"lse over {keys} keys: {sums.why}; scores: "
+                    f"{scores.why}", sums.var_abs + scores.var_abs - floor**2 / 3, sums.var_rel)
+    u = to_dtype(dtype).unit_roundoff
+    return _on_tensor_cores(tol, tensor_cores, (head_dim * U32 + u) * sigma.double() / math.log(2)
+                            + (keys // 8 * U32 + u) * (1 / math.log(2) + math.log2(max(keys, 2))))
 
 
 def tol_attention_merge(dtype: DType | torch.dtype, head_dim: int, lse: list, outs: list, chunk_tols: list,

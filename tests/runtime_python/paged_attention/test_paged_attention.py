@@ -19,6 +19,7 @@ import torch
 
 from mirage.mpk import testing
 from mirage.mpk.errors import MPKRuntimeError
+from mirage.mpk.layers.paged_attention import tensor_core_rows
 
 ref = testing.load_reference(__file__)
 
@@ -96,8 +97,11 @@ def run_case(dtype, hq, hkv, d, ps, new, cached, opts, empty, target_cc):
     expect = ref.attention(before["qkv"], before["k_cache"], before["v_cache"], meta, hq,
                            t.get("q_norm"), t.get("k_norm"), t.get("cos"), t.get("sin"))
     assert bool(run.covered["out"].any(-1).eq(expect["rows"]).all()), "the live rows are not the batch's"
+    tc = tensor_core_rows(dtype, meta["qo_indptr_buffer"], hq // hkv, t["out"].shape[0])
     tol = testing.tol_attention(dtype, d, expect["keys"], expect["value_scale"], expect["score_scale"],
-                                expect["score_var"])
+                                expect["score_var"], tensor_cores=tc[:, None])
+    live = int(expect["rows"].sum())
+    testing.say(f"PATH {run.layer.name}: {int(tc.sum())} of {live} rows on the tensor cores")
     run.check("out", expect["out"], tol, checks=run.layer.checks)
     check_cache(run.layer.name, run, t, before, expect, meta, hkv, d)
     return run

@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from mirage.mpk import testing
+from mirage.mpk.layers.paged_attention import tensor_core_rows
 from mirage.mpk.persistent_kernel import PersistentKernel
 from mirage.mpk.poisons import is_poison
 
@@ -98,7 +99,8 @@ def run_case(dtype, hq, hkv, d, ps, prompts, steps, opts, max_seq, batch, slots,
     expected, rows = world.shard("output", full["out"]), int(expect_meta["num_new_tokens"])
     lo, hi = world.part(hq * d) if world.size > 1 else (0, hq * d)
     scales = [full[k][:, lo:hi] for k in ("value_scale", "score_scale", "score_var")]
-    tol = testing.tol_attention(dtype, d, full["keys"], *scales)
+    tc = tensor_core_rows(dtype, expect_meta["qo_indptr_buffer"], hq // hkv, scales[0].shape[0])
+    tol = testing.tol_attention(dtype, d, full["keys"], *scales, tensor_cores=tc[:, None])
     # rows past the batch: nothing writes them (they keep test mode's NaN poison, checked below)
     testing.assert_close(name, out, torch.cat([expected[:rows], torch.full_like(expected[rows:], torch.nan)]),
                          tol, pk=pk)

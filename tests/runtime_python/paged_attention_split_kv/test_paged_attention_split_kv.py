@@ -21,16 +21,25 @@ import pytest
 import torch
 
 from mirage.mpk import testing
+from mirage.mpk.layers.paged_attention import tensor_core_rows
 
 ref = testing.load_reference(__file__)
 
 TARGETS = [80, 90]  # the worker block: 128 threads (sm_80), 256 (sm_90a / sm_100a)
 
 
-def split_tol(dtype, d, hkv, parts):
-    """The partial outputs' budget in the split layout: each chunk's tol_attention, side by side."""
+def tc_rows(dtype, meta, group, parts):
+    """[rows, 1]: the rows whose chunks ran on the tensor cores (layers/paged_attention.py
+    tensor_core_rows)."""
+    return tensor_core_rows(dtype, meta["qo_indptr_buffer"], group, parts[0]["value_scale"].shape[0])[:, None]
+
+
+def split_tol(dtype, d, hkv, parts, tc=False):
+    """The partial outputs' budget in the split layout: each chunk's tol_attention, side by side; tc: the
+    rows on the tensor cores (tc_rows)."""
     tols = [
-        testing.tol_attention(dtype, d, max(p["keys"], 1), p["value_scale"], p["score_scale"], p["score_var"])
+        testing.tol_attention(dtype, d, max(p["keys"], 1), p["value_scale"], p["score_scale"], p["score_var"],
+                              tensor_cores=tc)
         for p in parts
     ]
     cat = lambda xs: torch.cat([ref.to_split(x, hkv) for x in xs], dim=1)  # noqa: E731
@@ -43,12 +52,13 @@ def split_tol(dtype, d, hkv, parts):
     ), tols
 
 
-def lse_tols(dtype, d, parts):
-    return [testing.tol_attention_lse(dtype, d, max(p["keys"], 1), p["sigma"]) for p in parts]
+def lse_tols(dtype, d, parts, tc=False):
+    return [testing.tol_attention_lse(dtype, d, max(p["keys"], 1), p["sigma"], tensor_cores=tc)
+            for p in parts]
 
 
-def split_lse_tol(dtype, d, hkv, parts):
-    tols = lse_tols(dtype, d, parts)
+def split_lse_tol(dtype, d, hkv, parts, tc=False):
+    tols = lse_tols(dtype, d, parts, tc)
     cat = lambda xs: torch.cat([ref.to_split(x, hkv) for x in xs], dim=1)  # noqa: E731
     return testing.Tolerance(
         cat([t.atol for t in tols]),
@@ -64,8 +74,10 @@ def check_split(name, out, lse, expect, dtype, d, hkv, q_heads, rows, run=None, 
     empty chunks exactly, the merge of the chunks against the unsplit reference. Returns the largest
     error / budget ratios."""
     parts, chunks = expect["chunks"], len(expect["chunks"])
-    tol, tols = split_tol(dtype, d, hkv, parts)
-    ltol = split_lse_tol(dtype, d, hkv, parts)
+    tc = tc_rows(dtype, expect["args"][3], q_heads // hkv, parts)
+    testing.say(f"PATH {name}: {int(tc.sum())} rows on the tensor cores")
+    tol, tols = split_tol(dtype, d, hkv, parts, tc)
+    ltol = split_lse_tol(dtype, d, hkv, parts, tc)
     if run is not None:
         run.check(out, expect["output"], tol)
         run.check(lse, expect["lse"], ltol, checks=())  # -inf where a chunk holds no key: EMPTY below
@@ -88,7 +100,7 @@ def check_split(name, out, lse, expect, dtype, d, hkv, q_heads, rows, run=None, 
     merged = ref.merge(lse, out, q_heads, d)
     whole = ref.attention(*expect["args"], **expect["options"])
     mtol = testing.tol_attention_merge(
-        dtype, d, [p["lse"] for p in parts], [p["out"] for p in parts], tols, lse_tols(dtype, d, parts)
+        dtype, d, [p["lse"] for p in parts], [p["out"] for p in parts], tols, lse_tols(dtype, d, parts, tc)
     )
     sub = lambda t: testing.Tolerance(t.atol[rows], t.rtol, t.why, t.var_abs[rows], t.var_rel)  # noqa: E731
     testing.assert_close(

@@ -146,8 +146,9 @@ def run_case(
     rows = int(meta["num_new_tokens"])
     expect = ref.split_attention(qkv, k_cache, v_cache, meta, hq, chunks, max_seq, **options)
     parts = expect["chunks"]
-    tol, tols = kernel_test.split_tol(dtype, d, hkv, parts)
-    ltol = kernel_test.split_lse_tol(dtype, d, hkv, parts)
+    tc = kernel_test.tc_rows(dtype, meta, hq // hkv, parts)
+    tol, tols = kernel_test.split_tol(dtype, d, hkv, parts, tc)
+    ltol = kernel_test.split_lse_tol(dtype, d, hkv, parts, tc)
     # this rank's KV heads (dim 2) of the partials and lse; the unsplit output goes through world.shard
     want_out, want_lse = (local(t, world, -1) for t in (expect["output"], expect["lse"]))
     # rows past the batch: nothing writes them, they keep test mode's NaN poison
@@ -163,7 +164,7 @@ def run_case(
         [p["lse"] for p in parts],
         [p["out"] for p in parts],
         tols,
-        kernel_test.lse_tols(dtype, d, parts),
+        kernel_test.lse_tols(dtype, d, parts, tc),
     )
     merged = ref.merge(lse[:rows], out[:rows], hq // world.size, d).to(dtype)
     testing.assert_close(f"{name}.merged_vs_unsplit", merged, whole[:rows], local_tol(mtol, world, -1, rows))

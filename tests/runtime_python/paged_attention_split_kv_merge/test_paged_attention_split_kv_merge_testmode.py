@@ -143,8 +143,9 @@ def run_case(
     rows = int(meta["num_new_tokens"])
     expect = ref.split_attention(qkv, k_cache, v_cache, meta, hq, chunks, max_seq, **options)
     parts = expect["chunks"]
-    tol, tols = kernel_test.split_tol(dtype, d, hkv, parts)
-    ltol = kernel_test.split_lse_tol(dtype, d, hkv, parts)
+    tc = kernel_test.tc_rows(dtype, meta, hq // hkv, parts)
+    tol, tols = kernel_test.split_tol(dtype, d, hkv, parts, tc)
+    ltol = kernel_test.split_lse_tol(dtype, d, hkv, parts, tc)
     # the intermediates, this rank's KV heads (dim 2) of them
     want_part, want_lse = (split_test.local(t, world, -1) for t in (expect["output"], expect["lse"]))
     testing.assert_close(f"{name}.partials", part[:rows], want_part[:rows], local_tol(tol, world, -1, rows))
@@ -158,7 +159,7 @@ def run_case(
         [p["lse"] for p in parts],
         [p["out"] for p in parts],
         tols,
-        kernel_test.lse_tols(dtype, d, parts),
+        kernel_test.lse_tols(dtype, d, parts, tc),
     )
     # rows past the batch: nothing writes them, they keep test mode's NaN poison
     testing.assert_close(f"{name}.output", out, past(whole, rows), local_tol(mtol, world, -1, batch), pk=pk)

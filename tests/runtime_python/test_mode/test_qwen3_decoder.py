@@ -38,6 +38,8 @@ import torch
 from mirage.mpk import testing
 from mirage.mpk.faults import Fault
 from mirage.mpk.layers import FINITE
+from mirage.mpk.layers.linear import uses_tensor_cores
+from mirage.mpk.layers.paged_attention import tensor_core_rows
 from mirage.mpk.models import qwen3
 from mirage.mpk.persistent_kernel import PersistentKernel
 
@@ -120,7 +122,8 @@ def references(pk, model, t, caches_before, dtype):
         y, scale, kk = x @ w.T, abs_product(x, w), x.shape[1]
         if resid is not None:
             y, scale, kk = y + resid, scale + resid.abs(), kk + 1
-        return y, testing.tol_linear(dtype, kk, scale)
+        # (a batch of 16+ rows takes the tensor cores: layers/linear.py uses_tensor_cores)
+        return y, testing.tol_linear(dtype, kk, scale, tensor_cores=uses_tensor_cores(dtype, x.shape[0]))
 
     h = "embed_out"
     for i, layer in enumerate(m64.model.layers):
@@ -135,8 +138,10 @@ def references(pk, model, t, caches_before, dtype):
                                       at.k_norm.weight, cos, sin)
             # rows past the batch: no attention task writes them (test mode's NaN poison stays)
             full["out"][batch:] = float("nan")
+            tc = tensor_core_rows(dtype, meta["qo_indptr_buffer"], hq // hkv, full["out"].shape[0])
             ref[n + "attn"] = (full["out"], testing.tol_attention(dtype, d, full["keys"], full["value_scale"],
-                                                                  full["score_scale"], full["score_var"]))
+                                                                  full["score_scale"], full["score_var"],
+                                                                  tensor_cores=tc[:, None]))
             # the caches after the layer: each request's new K (normed, roped) and V in its pages, the rest
             # as before (zeros): K within tol_qk_norm_rope (0 where nothing was written), V bit for bit
             kc, vc, k_scale, _ = attn_ref.write_cache(caches_before[n + "k_cache"],
