@@ -34,6 +34,7 @@ __device__ void paged_attention_split_kv_rows(const TaskView& v) {
     const int64_t s_lo = lo > start ? lo : start, s_hi = hi < q.seq_len ? hi : q.seq_len;
     if (s_lo < s_hi) attn_store_kv<T, NV>(v, q, o, s_lo, s_hi);
     __syncthreads();
+    const int64_t keys_hi = hi;  // step 3's keys: the chunk's [lo, hi), each token's causal end within it
     const int G = static_cast<int>(tile2d(v.in_tile(0)).cols / (32 * NV)) - 2;
     const int warps = static_cast<int>(blockDim.x) / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const MpkTile &yt = v.out_tile(0), &lt = v.out_tile(3);
@@ -43,7 +44,7 @@ __device__ void paged_attention_split_kv_rows(const TaskView& v) {
         char* rows = smem<char>(size_t(warp) * 16 * 64 * NV, 16 * 64 * NV);
         const AttnOut<T> out{y, q.first, yt.strides[0], yt.strides[1], 32 * NV, ls, lt.strides[0], lt.strides[1]};
         for (int64_t u0 = int64_t(warp) * 16; u0 < q.tokens * G; u0 += int64_t(warps) * 16)
-            attn_pairs_mma<T, NV>(v, q, o, G, u0, lo, hi, rows, out);
+            attn_pairs_mma<T, NV>(v, q, o, G, u0, lo, keys_hi, rows, out);
         return;
     }
     float* qw = smem<float>(warp * (32 * NV + 32) * sizeof(float), 32 * NV + 32);
@@ -53,7 +54,7 @@ __device__ void paged_attention_split_kv_rows(const TaskView& v) {
         float acc[NV];
         float lse = -INFINITY;
         if (lo <= start + i) {
-            lse = attn_pair<T, NV>(v, q, o, i, g, lo, hi, acc, qw, qw + 32 * NV);
+            lse = attn_pair<T, NV>(v, q, o, i, g, lo, keys_hi, acc, qw, qw + 32 * NV);
         } else {
             MPK_UNROLL
             for (int k = 0; k < NV; ++k) acc[k] = 0.0f;

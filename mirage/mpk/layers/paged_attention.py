@@ -38,7 +38,7 @@ def tensor_core_rows(dtype, qo_indptr, group: int, rows: int) -> torch.Tensor:
     """[rows] bool: the output rows whose step 3 runs on the tensor cores (the kernel's attn_tensor_cores,
     csrc/tasks/paged_attention.cuh): a bf16 / fp16 layer's requests of at least 16 (token, query head)
     pairs, tokens x group >= TENSOR_CORE_MIN_ROWS; qo_indptr: the batch's row offsets per request."""
-    mask = torch.zeros(rows, dtype=torch.bool)
+    mask = torch.zeros(rows, dtype=torch.bool, device=getattr(qo_indptr, "device", "cpu"))
     qo = [int(x) for x in qo_indptr]
     for lo, hi in zip(qo, qo[1:]):
         mask[lo:hi] = uses_tensor_cores(dtype, (hi - lo) * group)

@@ -312,7 +312,7 @@ def _on_tensor_cores(tol: Tolerance, tensor_cores: bool | torch.Tensor, extra: t
     bool or a mask) says attention ran on them (module doc, "Attention on the tensor cores")."""
     if tensor_cores is False:
         return tol
-    tc = torch.as_tensor(tensor_cores, dtype=torch.float64)
+    tc = torch.as_tensor(tensor_cores, dtype=torch.float64, device=extra.device)
     why = tol.why + "; tensor cores: q and P rounded, D and the keys counted twice"
     return Tolerance(tol.atol + tc * extra, tol.rtol, why, tol.var_abs + tc * extra**2 / 3, tol.var_rel)
 

@@ -34,8 +34,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("MPK_TEST_DEVICE", "cpu") != "cpu
                                 reason="the messages asserted are the CPU emulation's")
 
 NO_MAX = ("const float w = exp2f(l - m);", "const float w = exp2f(l);")
-READ_PAST_CHUNK = ("attn_pair<T, NV>(v, q, o, i, g, lo, hi,",
-                   "attn_pair<T, NV>(v, q, o, i, g, lo, hi + (hi - lo),")
+READ_PAST_CHUNK = ("const int64_t keys_hi = hi;", "const int64_t keys_hi = hi + (hi - lo);")  # both paths
 STORE_ALL = ("attn_store_kv<T, NV>(v, q, o, s_lo, s_hi)", "attn_store_kv<T, NV>(v, q, o, start, q.seq_len)")
 # S = 20 in chunks of 16, GQA 4, norm + RoPE: chunk 0's tokens at positions 16..19 would read chunk 1's keys
 CASE = SPLIT.CASES[0]
