@@ -87,7 +87,9 @@ def check_cache(name, run, given, before, expect, meta, hkv, d):
         assert same, f"{name}: {role} changed outside the new tokens' slots"
 
 
-def run_case(dtype, hq, hkv, d, ps, new, cached, opts, empty, target_cc):
+def run_unchecked(dtype, hq, hkv, d, ps, new, cached, opts, empty, target_cc):
+    """The case's kernel-level run (its footprint checks only) and what it is compared with: (run, tensors,
+    tensors before, meta, reference, budget, rows on the tensor cores)."""
     gen = testing.generator(offset=hq * 100 + d + ps + sum(new) + 7 * sum(cached) + opts)
     t, meta, params = inputs(dtype, hq, hkv, d, ps, new, cached, opts, empty, gen)
     before = {k: v.clone() for k, v in t.items()}
@@ -100,6 +102,12 @@ def run_case(dtype, hq, hkv, d, ps, new, cached, opts, empty, target_cc):
     tc = tensor_core_rows(dtype, meta["qo_indptr_buffer"], hq // hkv, t["out"].shape[0])
     tol = testing.tol_attention(dtype, d, expect["keys"], expect["value_scale"], expect["score_scale"],
                                 expect["score_var"], tensor_cores=tc[:, None])
+    return run, t, before, meta, expect, tol, tc
+
+
+def run_case(dtype, hq, hkv, d, ps, new, cached, opts, empty, target_cc):
+    run, t, before, meta, expect, tol, tc = run_unchecked(dtype, hq, hkv, d, ps, new, cached, opts, empty,
+                                                          target_cc)
     live = int(expect["rows"].sum())
     testing.say(f"PATH {run.layer.name}: {int(tc.sum())} of {live} rows on the tensor cores")
     run.check("out", expect["out"], tol, checks=run.layer.checks)

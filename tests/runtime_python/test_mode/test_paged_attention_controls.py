@@ -18,7 +18,9 @@ MIXED's first and third requests, CASES[0]'s one request, so (b) above reaches i
   (f) the scores' ldmatrix before K's cp.async group is waited for (wait_group<1> dropped): the emulation
       names the ldmatrix that reads bytes still in flight, on the seeds whose copies land late;
   (g) P's two A registers swapped (rows g and g + 8 exchange their probabilities): far outside the budget;
-  (h) V's ldmatrix without .trans (B's keys and dims exchanged): far outside the budget.
+  (h) V's ldmatrix without .trans (B's keys and dims exchanged): far outside the budget;
+  (i) under (g), the rows outside the budget are exactly the ones layers/paged_attention.py's
+      tensor_core_rows marks (the rule the budgets use is the kernel's).
 
 Run: pytest -s tests/runtime_python/test_mode/test_paged_attention_controls.py
 """
@@ -113,3 +115,18 @@ def test_f_an_ldmatrix_before_its_cp_async_group_landed_is_named(tmp_path):
 def test_gh_a_wrong_fragment_fails_the_tensor_core_cases(tmp_path, change, label):
     msg = control(tmp_path, change, AssertionError, label, lambda: KERNEL.run_case(*KERNEL.CASES[0], 80))
     assert "is not close" in msg and "paged_attention_0.out" in msg, msg
+
+
+def test_i_the_rows_on_the_tensor_cores_are_the_ones_the_rule_names(tmp_path):
+    """layers/paged_attention.py tensor_core_rows against the kernel: with P's registers swapped (g) only
+    the tensor-core path computes wrong values, so on MIXED (requests of 20, 12, 36 and 4 pairs) the rows
+    outside the budget must be exactly the rows the rule puts on the tensor cores, no more, no fewer."""
+    with mutated(tmp_path, MMA_P_SWAPPED):
+        run, _, _, _, expect, tol, tc = KERNEL.run_unchecked(*MIXED, 90)
+    out, want = run.outputs["out"].double(), expect["out"].double()
+    bad = ((out - want).abs() > tol.atol + tol.rtol * want.abs()).any(-1) & expect["rows"]
+    rows = lambda m: [int(i) for i in torch.nonzero(m).flatten()]  # noqa: E731
+    testing.say(f"CAUGHT paged_attention control (i) the path rule: rows outside the budget with P's "
+                f"registers swapped {rows(bad)}, rows the rule puts on the tensor cores "
+                f"{rows(tc & expect['rows'])} {'PASS' if torch.equal(bad, tc & expect['rows']) else 'FAIL'}")
+    assert torch.equal(bad, tc & expect["rows"]), (rows(bad), rows(tc))
