@@ -218,6 +218,11 @@ MPK_DEVICE MPK_INLINE int64_t attn_key_end(const AttnRequest& q, int64_t i, int6
     return end;
 }
 
+// The scores' scale to log2 units, both forms of step 3: exp(s / sqrt(D)) = exp2(s * log2(e) / sqrt(D)).
+template <int NV> MPK_DEVICE MPK_INLINE float attn_score_scale() {
+    return 1.4426950408889634f / sqrtf(static_cast<float>(32 * NV));
+}
+
 // Step 3 for one (token i, query head g) pair on one warp: keys [k_lo, min(k_hi, pos_i + 1)) from the
 // cache (inputs 1 and 2). acc gets sum_j p_j v_j / sum_j p_j; returns the log2-sum-exp of the scaled
 // scores (-inf, acc = 0: no key in the range). qw, pw: this warp's D + 32 floats of shared memory.
@@ -230,8 +235,7 @@ __device__ float attn_pair(const TaskView& v, const AttnRequest& q, const AttnOp
     const int64_t end = attn_key_end(q, i, k_hi);
     float x[NV];
     attn_query<T, NV>(v, q, o, i, g, x);
-    // scores in log2 units: exp(s / sqrt(D)) = exp2(s * log2(e) / sqrt(D))
-    const float scale = 1.4426950408889634f / sqrtf(static_cast<float>(32 * NV));
+    const float scale = attn_score_scale<NV>();
     MPK_UNROLL
     for (int k = 0; k < NV; ++k) {
         qw[lane + 32 * k] = x[k] * scale;
@@ -299,7 +303,7 @@ template <typename T> MPK_DEVICE MPK_INLINE uint32_t attn_pack2(float lo, float 
     return uint32_t(ua) | uint32_t(ub) << 16;
 }
 // Whether step 3 of this request runs on the tensor cores (mirage/mpk/layers/paged_attention.py
-// tensor_cores says the same): 16-bit T, at least 16 pairs, and cache rows cp.async can copy.
+// tensor_core_rows says the same per row): 16-bit T, at least 16 pairs, and cache rows cp.async can copy.
 template <typename T> MPK_DEVICE MPK_INLINE bool attn_tensor_cores(const TaskView& v, const AttnRequest& q, int G) {
     if constexpr (sizeof(T) != 2) {
         return false;
@@ -361,7 +365,7 @@ __device__ void attn_pairs_mma(const TaskView& v, const AttnRequest& q, const At
     const MpkTile &kt = v.in_tile(1), &vt = v.in_tile(2);
     const T *kc = v.in<const T>(1), *vc = v.in<const T>(2);
     char *ks = rows, *vs = rows + 8 * 64 * NV;
-    const float scale = 1.4426950408889634f / sqrtf(static_cast<float>(32 * NV));
+    const float scale = attn_score_scale<NV>();
     float acc[4 * NV][4] = {};
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     for (int64_t base = k_lo; base < end; base += 8) {

@@ -138,9 +138,10 @@ int64_t steady_ns() {
         .count();
 }
 // PROBE: for iparams[0] ms, and then until it has seen at least one queued id (and, when
-// g_probe_wants_violation, one queued early) (at most 30 s: on a loaded machine the pass's ids may
-// reach the rings late, and a probe that saw none proves nothing), checks every worker ring: each queued task's event has completed
-// (event-driven dispatch: a task is enqueued only once its event fired). Counts what it saw.
+// g_probe_wants_violation, one queued before its event fired), at most 30 s (on a loaded machine the
+// pass's ids may reach the rings late, and a probe that saw none proves nothing), checks every worker
+// ring: each queued task's event has completed (event-driven dispatch: a task is enqueued only once its
+// event fired). Counts what it saw.
 void probe(const mpk::TaskView& v) {
     mpk::host::Kernel& k = *g_kernel.load();
     const auto now = std::chrono::steady_clock::now();
