@@ -6,7 +6,9 @@ ones back, then look at every red zone and at the faults the guard-page handler 
 (csrc/runtime/guard.h). Damage is named by re-running tasks alone (mpk_run_task) with the zones
 refilled and the pages closed: first the task a recorded fault's worker showed, then every task of
 the layers that access the tensor, then all tasks; what a task does alone is its own. The copies
-are made at compile() and kept until finalize(); symmetric (multi-rank) tensors are not guarded.
+are made at compile() and kept until finalize(); symmetric (multi-rank) tensors are not guarded,
+nor tensors no task accesses (a shuffle's inputs: pk() reads them, no kernel does; a copy of a weight
+each launch would cost the time of the pass, benchmarks/README.md).
 The meta tensors get guarded copies too (ids -1 - i, i their place in abi.META_FIELDS): the runtime
 and the tasks use them, they are copied back after every pass (prepare_next_batch writes them), and
 a tensor on a meta tensor's storage (embed_layer's input view of input_tokens, an argmax output
@@ -23,7 +25,7 @@ from . import abi, guard
 from .errors import MPKMemoryError, MPKRuntimeError
 from .graph import Graph
 from .poisons import red_fill
-from .tensor import SYMMETRIC, DTensor
+from .tensor import SHUFFLED, SYMMETRIC, DTensor
 
 MAX_FAULTS = 256        # fault records kept per launch (all are counted)
 MAX_RERUNS = 4096       # tasks re-run alone to name one damage
@@ -69,8 +71,15 @@ class Fences:
         self.guarded = {mid: guard.guarded_copy(m, pages=pages) for mid, _, m in self.meta}
         home = {t.id: own.get(t.data.untyped_storage().data_ptr()) for t in tensors if t.kind != SYMMETRIC}
         self.inside = {tid: _inside(tensors[tid].data, *m) for tid, m in home.items() if m is not None}
+        used = {tile.tensor.id for t in graph.tasks[1:] for tile in t.inputs + t.outputs}
         self.guarded.update({t.id: guard.guarded_copy(t.data, pages=pages) for t in tensors
-                             if t.kind != SYMMETRIC and t.id not in self.inside})
+                             if t.kind != SYMMETRIC and t.id not in self.inside and t.id in used})
+        # A shuffled tensor is the runner's own staging copy (pk() refills it from its inputs before
+        # every launch): its guarded copy becomes its storage, so the shuffle writes there and copy_in
+        # has nothing to copy. close() leaves that mapping to the tensor (freed with it).
+        self.owned = {t.id for t in tensors if t.kind == SHUFFLED and t.id in self.guarded}
+        for tid in self.owned:
+            tensors[tid].data = self.guarded[tid].tensor
         outputs = {tile.tensor.id for t in graph.tasks[1:] for tile in t.outputs}
         self.written = sorted(outputs & set(self.guarded)) + [mid for mid, _, _ in self.meta]
         rows = [(lo, hi, tid) for tid, g in self.guarded.items() for lo, hi in g.guard_pages]
@@ -107,7 +116,8 @@ class Fences:
         (poisons.red_fill), so one tensor's red-zone byte copied into another's red zone is damage."""
         self.run += 1
         for tid, g in self.guarded.items():
-            g.tensor.copy_(self.source(tid))
+            if tid not in self.owned:
+                g.tensor.copy_(self.source(tid))
             g.fill_red(red_fill(tid, self.run))
         self.arm()
 
@@ -187,6 +197,7 @@ class Fences:
         """Unmap the copies, unless a kernel may still run on them (pinned: a hang or an interrupt)."""
         if self.pinned:
             return
-        for g in self.guarded.values():
-            g.close()
+        for tid, g in self.guarded.items():
+            if tid not in self.owned:      # an owned copy is its tensor's storage: it lives as long
+                g.close()
         self.guarded = {}

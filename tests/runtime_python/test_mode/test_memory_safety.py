@@ -15,7 +15,7 @@ import textwrap
 import pytest
 import torch
 
-from mirage.mpk import guard, layers
+from mirage.mpk import guard, layers, testing
 from mirage.mpk.errors import MPKMemoryError
 from mirage.mpk.faults import Fault
 from mirage.mpk.persistent_kernel import PersistentKernel
@@ -209,3 +209,26 @@ def test_negative_control_meta_copy_red_zone_unchecked_near_overrun_unnoticed(mo
     assert storage[1024:].tolist() == [-1] * 8, storage[1024:].tolist()
     print("\nCONTROL meta red zone unchecked: the overrun passed unnoticed")
     pk.finalize()
+
+
+def test_a_shuffled_weight_is_refilled_in_its_guarded_copy_each_launch_and_outlives_finalize():
+    """A shuffled tensor's storage is its guarded copy (memcheck.Fences.owned): pk() shuffles the inputs
+    straight into it, with no copy per launch. So an input changed between launches must show in the
+    next result, and the shuffle stays readable after finalize(), which unmaps the other copies."""
+    g = torch.Generator().manual_seed(3)
+    x, wg, wu = (torch.randn(*s, generator=g).to(torch.bfloat16) for s in ((4, 64), (32, 64), (32, 64)))
+    out = torch.zeros(4, 64, dtype=torch.bfloat16)
+    pk = PersistentKernel(test_mode=True, num_workers=2, num_local_schedulers=1)
+    w = pk.shuffle_tensors([pk.attach_input(wg, name="wg"), pk.attach_input(wu, name="wu")], 0, 4, name="w")
+    pk.linear_layer(pk.attach_input(x, name="x"), w, pk.attach_input(out, name="out"), (4, 1, 1), BLOCK)
+    pk.compile()
+    interleave = lambda: torch.cat([t[8 * i:8 * (i + 1)] for i in range(4) for t in (wg, wu)])  # noqa: E731
+    for launch in range(2):
+        if launch:
+            wg.mul_(-2)                     # the shuffle must bring the new values in
+        pk()
+        tol = testing.tol_linear(torch.bfloat16, 64, x.double().abs() @ interleave().double().abs().T)
+        testing.assert_close(f"linear over the shuffle, launch {launch}", out, x.double() @ interleave().double().T,
+                             tol, pk=pk)
+    pk.finalize()
+    assert torch.equal(pk.get_tensor("w"), interleave())
