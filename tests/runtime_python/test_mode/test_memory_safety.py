@@ -228,7 +228,7 @@ def test_a_shuffled_weight_is_refilled_in_its_guarded_copy_each_launch_and_outli
             wg.mul_(-2)                     # the shuffle must bring the new values in
         pk()
         tol = testing.tol_linear(torch.bfloat16, 64, x.double().abs() @ interleave().double().abs().T)
-        testing.assert_close(f"linear over the shuffle, launch {launch}", out, x.double() @ interleave().double().T,
-                             tol, pk=pk)
+        ref = x.double() @ interleave().double().T
+        testing.assert_close(f"linear over the shuffle, launch {launch}", out, ref, tol, pk=pk)
     pk.finalize()
     assert torch.equal(pk.get_tensor("w"), interleave())
