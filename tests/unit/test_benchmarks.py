@@ -51,3 +51,14 @@ def test_simt_overhead_builds_and_runs(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "__syncthreads, 128 threads" in out.stdout and "block_sum" in out.stdout
     assert "mma.m16n8k16" in out.stdout and "cp.async.cg" in out.stdout
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++: the CPU backend's compiler is missing")
+def test_gemv_rate_builds_and_runs(tmp_path):
+    exe = str(tmp_path / "gemv_rate")
+    build = run(["g++", "-std=c++17", "-O2", "-I", os.path.join(ROOT, "csrc"),
+                 os.path.join(BENCH, "gemv_rate.cpp"), "-o", exe], str(tmp_path))
+    assert build.returncode == 0, build.stderr[-3000:]
+    out = run([exe, "2"], str(tmp_path))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "W streamed" in out.stdout and "W in cache" in out.stdout
