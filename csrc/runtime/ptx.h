@@ -10,6 +10,14 @@
 //   cp.async.ca.shared.global (4, 8 or 16 bytes)          -> cp_async_ca_shared_global<N>(dst, src[, src_size])
 //   cp.async.commit_group / wait_group N / wait_all       -> cp_async_commit_group(), cp_async_wait_group<N>(),
 //                                                            cp_async_wait_all()
+//   mbarrier.init.shared::cta.b64 [bar], count           -> mbarrier_init_shared_b64(bar, count)   uint64_t* bar
+//   mbarrier.arrive.shared::cta.b64 state, [bar]          -> state = mbarrier_arrive_shared_b64(bar)
+//   mbarrier.test_wait.parity.shared::cta.b64 p, [bar], q -> p = mbarrier_test_wait_parity_shared_b64(bar, q)
+//   mbarrier.inval.shared::cta.b64 [bar]                  -> mbarrier_inval_shared_b64(bar)
+//   sm_90 and newer: mbarrier.arrive.expect_tx -> mbarrier_arrive_expect_tx_shared_b64(bar, tx),
+//   mbarrier.expect_tx / complete_tx.relaxed.cta -> mbarrier_{expect,complete}_tx_shared_b64(bar, tx),
+//   mbarrier.try_wait.parity -> mbarrier_try_wait_parity_shared_b64(bar, q), and the blocking loop
+//   around it, mbarrier_wait_parity(bar, q)
 // (.sync.aligned is every form's: the whole warp executes it, converged, at one call site.)
 //
 //   nvcc: each is the inline asm itself, nothing more.
@@ -19,7 +27,9 @@
 //         a GPU would silently get wrong: a partial warp or lanes at different call sites, a row
 //         address not 16-byte aligned or not in shared memory, a copy's source not global or its
 //         destination not shared or either misaligned, an ldmatrix of bytes still in flight, bytes in
-//         flight written by a thread, a task that ends with copies in flight. Each message has the
+//         flight written by a thread, a task that ends with copies in flight; runtime/simt_cpu_mbarrier.h:
+//         barriers with their phases, arrivals and transaction bytes, a wait that can never complete
+//         named with each barrier's state, a barrier used uninitialised or overwritten). Each message has the
 //         kernel's file:line (the host forms take the call site as default arguments).
 // docs/simt.md ("Tensor cores and asynchronous copies") says what only a GPU shows.
 #pragma once
@@ -27,6 +37,7 @@
 #include "simt.h"
 #if !defined(__CUDACC__)
 #include "simt_cpu_async.h"
+#include "simt_cpu_mbarrier.h"
 #include "simt_cpu_ptx.h"
 #endif
 
@@ -104,6 +115,50 @@ template <int N> MPK_DEVICE MPK_INLINE void cp_async_wait_group() {
 }
 MPK_DEVICE MPK_INLINE void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
+MPK_DEVICE MPK_INLINE void mbarrier_init_shared_b64(uint64_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(count) : "memory");
+}
+MPK_DEVICE MPK_INLINE uint64_t mbarrier_arrive_shared_b64(uint64_t* bar) {
+    uint64_t state;
+    asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];" : "=l"(state) : "r"(shared_address(bar)) : "memory");
+    return state;
+}
+MPK_DEVICE MPK_INLINE bool mbarrier_test_wait_parity_shared_b64(uint64_t* bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done) : "r"(shared_address(bar)), "r"(parity) : "memory");
+    return done != 0;
+}
+MPK_DEVICE MPK_INLINE void mbarrier_inval_shared_b64(uint64_t* bar) {
+    asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(shared_address(bar)) : "memory");
+}
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+MPK_DEVICE MPK_INLINE uint64_t mbarrier_arrive_expect_tx_shared_b64(uint64_t* bar, uint32_t tx) {
+    uint64_t state;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;" : "=l"(state)
+                 : "r"(shared_address(bar)), "r"(tx) : "memory");
+    return state;
+}
+MPK_DEVICE MPK_INLINE void mbarrier_expect_tx_shared_b64(uint64_t* bar, uint32_t tx) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(tx)
+                 : "memory");
+}
+MPK_DEVICE MPK_INLINE void mbarrier_complete_tx_shared_b64(uint64_t* bar, uint32_t tx) {
+    asm volatile("mbarrier.complete_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(tx)
+                 : "memory");
+}
+MPK_DEVICE MPK_INLINE bool mbarrier_try_wait_parity_shared_b64(uint64_t* bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done) : "r"(shared_address(bar)), "r"(parity) : "memory");
+    return done != 0;
+}
+MPK_DEVICE MPK_INLINE void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
+    while (!mbarrier_try_wait_parity_shared_b64(bar, parity)) {
+    }
+}
+#endif
+
 #else  // the host compiler: runtime/simt_cpu_ptx.h, runtime/simt_cpu_async.h
 
 #define MPK_PTX_MMA(NAME, OP, NA, NB)                                                                    \
@@ -156,6 +211,42 @@ template <int N> inline void cp_async_wait_group(const char* file = __builtin_FI
 inline void cp_async_wait_all(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     ::mpk::simt::detail::cp_async_commit_group(file, line);
     ::mpk::simt::detail::cp_async_wait_group(0, file, line);
+}
+
+inline void mbarrier_init_shared_b64(uint64_t* bar, uint32_t count, const char* file = __builtin_FILE(),
+                                     int line = __builtin_LINE()) {
+    ::mpk::simt::detail::mbarrier_init(bar, count, file, line);
+}
+inline uint64_t mbarrier_arrive_shared_b64(uint64_t* bar, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    return ::mpk::simt::detail::mbarrier_arrive(bar, false, 0, "mbarrier.arrive.shared::cta.b64", file, line);
+}
+inline uint64_t mbarrier_arrive_expect_tx_shared_b64(uint64_t* bar, uint32_t tx, const char* file = __builtin_FILE(),
+                                                     int line = __builtin_LINE()) {
+    return ::mpk::simt::detail::mbarrier_arrive(bar, true, tx, "mbarrier.arrive.expect_tx.shared::cta.b64", file, line);
+}
+inline void mbarrier_expect_tx_shared_b64(uint64_t* bar, uint32_t tx, const char* file = __builtin_FILE(),
+                                          int line = __builtin_LINE()) {
+    ::mpk::simt::detail::mbarrier_tx(bar, int64_t(tx), "mbarrier.expect_tx.relaxed.cta.shared::cta.b64", file, line);
+}
+inline void mbarrier_complete_tx_shared_b64(uint64_t* bar, uint32_t tx, const char* file = __builtin_FILE(),
+                                            int line = __builtin_LINE()) {
+    ::mpk::simt::detail::mbarrier_tx(bar, -int64_t(tx), "mbarrier.complete_tx.relaxed.cta.shared::cta.b64", file, line);
+}
+inline bool mbarrier_test_wait_parity_shared_b64(uint64_t* bar, uint32_t parity, const char* file = __builtin_FILE(),
+                                                 int line = __builtin_LINE()) {
+    return ::mpk::simt::detail::mbarrier_wait_parity(bar, parity, "mbarrier.test_wait.parity.shared::cta.b64", file, line);
+}
+inline bool mbarrier_try_wait_parity_shared_b64(uint64_t* bar, uint32_t parity, const char* file = __builtin_FILE(),
+                                                int line = __builtin_LINE()) {
+    return ::mpk::simt::detail::mbarrier_wait_parity(bar, parity, "mbarrier.try_wait.parity.shared::cta.b64", file, line);
+}
+inline void mbarrier_wait_parity(uint64_t* bar, uint32_t parity, const char* file = __builtin_FILE(),
+                                 int line = __builtin_LINE()) {
+    while (!mbarrier_try_wait_parity_shared_b64(bar, parity, file, line)) {
+    }
+}
+inline void mbarrier_inval_shared_b64(uint64_t* bar, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    ::mpk::simt::detail::mbarrier_inval(bar, file, line);
 }
 
 #endif

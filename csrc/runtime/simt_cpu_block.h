@@ -48,6 +48,7 @@ MPK_SIMT_SLOW void run(const Block& b, void (*fn)(void*), void* arg) {
     s.error.clear();
     s.async_pending = 0;  // cp.async state (simt_cpu_async.h): none yet in this block
     s.async_ready = false;
+    s.mbar_ready = false;  // mbarriers (simt_cpu_mbarrier.h): none yet in this block
     s.main.stack_lo = nullptr;
     s.main.stack_size = 0;
     s.main.st = St::Running;

@@ -89,6 +89,7 @@ struct Pool {
     }
     ~Pool() {
         if (sched.async) sched.async_free(sched.async);
+        if (sched.mbar) sched.mbar_free(sched.mbar);
         free(sched.watch_copy);
         free(sched.scratch);
         for (int i = 0; i < capacity; ++i) {

@@ -130,6 +130,7 @@ struct Warp {
 
 struct Cancel {};  // unwinds a fiber's stack when the block stops; never leaves the fiber
 struct Async;      // the block's cp.async copies in flight (simt_cpu_async.h)
+struct MBars;      // the block's mbarriers (simt_cpu_mbarrier.h)
 constexpr int kSpinAtomics = 256;
 
 struct Sched {
@@ -188,6 +189,10 @@ struct Sched {
     void (*async_tick)(Sched& s, Fiber* self) = nullptr;                   // a blocking point of self
     void (*async_done)(Sched& s, Fiber* self, const char* what) = nullptr; // self's task ends or it exits
     void (*async_free)(Async* a) = nullptr;
+    // mbarrier (simt_cpu_mbarrier.h): the block's barriers, set up by its first mbarrier instruction
+    MBars* mbar = nullptr;
+    bool mbar_ready = false;    // set up for the running block (run() clears it)
+    void (*mbar_free)(MBars* m) = nullptr;
     // the executor's per-block state (block_scratch): not shared memory, never poisoned
     char* scratch = nullptr;
     size_t scratch_bytes = 0;

@@ -1,6 +1,7 @@
 // ptx_probe.cu: every wrapper of csrc/runtime/ptx.h in one kernel, for nvcc (tests/unit/test_nvcc.py:
 // test_ptx_wrappers_are_the_instructions builds it for each architecture and finds each PTX instruction
-// in the PTX nvcc wrote, with no spills). m16n8k32 e4m3 needs sm_89 or newer.
+// in the PTX nvcc wrote, with no spills). m16n8k32 e4m3 needs sm_89 or newer; mbarrier's expect_tx, complete_tx
+// and try_wait forms sm_90 or newer.
 #include "runtime/ptx.h"
 extern "C" __global__ void ptx_probe(float* out, const uint16_t* g) {
     __shared__ __align__(16) uint16_t s[4096];
@@ -29,5 +30,23 @@ extern "C" __global__ void ptx_probe(float* out, const uint16_t* g) {
 #if __CUDA_ARCH__ >= 890
     mma_m16n8k32_row_col_f32_e4m3_e4m3_f32(d, a, b, c);
 #endif
+    __shared__ __align__(8) uint64_t bar[2];
+    if (l == 0) mbarrier_init_shared_b64(bar, blockDim.x);
+    __syncthreads();
+    mbarrier_arrive_shared_b64(bar);
+    while (!mbarrier_test_wait_parity_shared_b64(bar, 0)) {
+    }
+#if __CUDA_ARCH__ >= 900
+    if (l == 0) {
+        mbarrier_init_shared_b64(bar + 1, 1);
+        mbarrier_expect_tx_shared_b64(bar + 1, 16);
+        mbarrier_arrive_expect_tx_shared_b64(bar + 1, 16);
+        mbarrier_complete_tx_shared_b64(bar + 1, 32);
+    }
+    __syncthreads();
+    mbarrier_wait_parity(bar + 1, 0);
+#endif
+    __syncthreads();
+    if (l == 0) mbarrier_inval_shared_b64(bar);
     for (int i = 0; i < 4; ++i) out[l * 4 + i] = d[i] + c[i];
 }

@@ -7,8 +7,8 @@
 # static __shared__ poison's negative control (built with -DMPK_SIMT_STATIC_POISON=0, its test must
 # fail); refuse checks that a task kernel reading blockIdx / gridDim does not compile with g++
 # (tests/csrc/refuse_blockidx.cu; nvcc: tests/unit/test_nvcc.py).
-# ptx builds and runs tests/csrc/test_ptx.cpp (runtime/ptx.h: mma.sync, ldmatrix, cp.async) plain, under
-# ThreadSanitizer and under AddressSanitizer+UBSan.
+# ptx builds and runs tests/csrc/test_ptx.cpp (runtime/ptx.h: mma.sync, ldmatrix, cp.async) and
+# tests/csrc/test_mbarrier.cpp (mbarrier) plain, under ThreadSanitizer and under AddressSanitizer+UBSan.
 # Usage: tests/csrc/run_simt_tests.sh [plain|ucontext|thread|address|refuse|ptx|aarch64 ...]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -48,16 +48,18 @@ for mode in "${@:-plain ucontext thread address refuse ptx aarch64}"; do
         qemu-aarch64 -L /usr/aarch64-linux-gnu "$out/test_simt_aarch64"
         continue ;;
       ptx)
-        ptx=(g++ -std=c++17 -O2 -pthread -Wall -Wextra -Werror -Icsrc tests/csrc/test_ptx.cpp)
-        echo "== ptx: ${ptx[*]}"
-        "${ptx[@]}" -o "$out/test_ptx" && "$out/test_ptx"
-        echo "== ptx under ThreadSanitizer"
-        "${ptx[@]}" -g1 -fsanitize=thread -o "$out/test_ptx_tsan"
-        TSAN_OPTIONS="halt_on_error=1 exitcode=66" "$out/test_ptx_tsan"
-        echo "== ptx under AddressSanitizer+UBSan"
-        "${ptx[@]}" -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
-          -o "$out/test_ptx_asan"
-        ASAN_OPTIONS="detect_leaks=1" "$out/test_ptx_asan"
+        for t in test_ptx test_mbarrier; do
+          ptx=(g++ -std=c++17 -O2 -pthread -Wall -Wextra -Werror -Icsrc "tests/csrc/$t.cpp")
+          echo "== ptx: ${ptx[*]}"
+          "${ptx[@]}" -o "$out/$t" && "$out/$t"
+          echo "== $t under ThreadSanitizer"
+          "${ptx[@]}" -g1 -fsanitize=thread -o "$out/${t}_tsan"
+          TSAN_OPTIONS="halt_on_error=1 exitcode=66" "$out/${t}_tsan"
+          echo "== $t under AddressSanitizer+UBSan"
+          "${ptx[@]}" -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
+            -o "$out/${t}_asan"
+          ASAN_OPTIONS="detect_leaks=1" "$out/${t}_asan"
+        done
         continue ;;
       refuse)
         echo "== refuse: g++ -fsyntax-only tests/csrc/refuse_blockidx.cu, reading blockIdx / gridDim / neither"

@@ -196,14 +196,19 @@ PTX_FORMS = ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
              "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16",
              "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
              "cp.async.cg.shared.global", "cp.async.ca.shared.global", "cp.async.commit_group",
-             "cp.async.wait_group", "cp.async.wait_all"]
+             "cp.async.wait_group", "cp.async.wait_all",
+             "mbarrier.init.shared::cta.b64", "mbarrier.arrive.shared::cta.b64",
+             "mbarrier.test_wait.parity.shared::cta.b64", "mbarrier.inval.shared::cta.b64"]
 E4M3 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
+SM90 = ["mbarrier.arrive.expect_tx.shared::cta.b64", "mbarrier.expect_tx.relaxed.cta.shared::cta.b64",
+        "mbarrier.complete_tx.relaxed.cta.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64"]
 
 
 @pytest.mark.parametrize("arch", every_variant.ARCHS)
 def test_ptx_wrappers_are_the_instructions(tmp_path, arch):
     """Under nvcc each wrapper of runtime/ptx.h is its inline asm and nothing more: every form appears in
-    the PTX of a kernel that calls them all (e4m3 from sm_89), which ptxas builds without spills."""
+    the PTX of a kernel that calls them all (e4m3 from sm_89, mbarrier's tx and try_wait forms from sm_90),
+    which ptxas builds without spills."""
     if arch not in every_variant.supported_archs():
         pytest.skip(f"this nvcc cannot build {arch}")
     src = str(tmp_path / "ptx_probe.cu")       # nvcc_ptxas writes its fatbin beside the source
@@ -212,7 +217,7 @@ def test_ptx_wrappers_are_the_instructions(tmp_path, arch):
     subprocess.run([NVCC, "-std=c++17", "-ptx", f"-arch={arch}", "-I", build.csrc_dir(), src, "-o",
                     str(ptx)], check=True, timeout=300)
     text = ptx.read_text()
-    forms = PTX_FORMS + ([E4M3] if arch != "sm_80" else [])
+    forms = PTX_FORMS + ([E4M3] if arch != "sm_80" else []) + (SM90 if arch != "sm_80" else [])
     missing = [f for f in forms if f not in text]
     assert missing == [], f"{arch}: not in the PTX: {missing}"
     report = every_variant.ptxas_report(every_variant.nvcc_ptxas(src, arch, []))["ptx_probe"]
