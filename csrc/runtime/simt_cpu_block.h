@@ -215,11 +215,12 @@ inline void sync(BlockRef b, const char* file = __builtin_FILE(), int line = __b
 // __syncthreads() after a task on block b; with poison (test mode), the next task finds the static
 // __shared__ arrays filled with 0xFF, and the dynamic shared memory too if a thread of this one
 // took it (mpk::smem, mpk::smem_base), as a fresh block does. The fill happens as the barrier
-// completes: no second barrier.
+// completes: no second barrier. A task's mbarriers end with it, as a block's do (the next task may
+// mbarrier.init the same bytes).
 // (a block reduction, as __syncthreads_or: nonzero for every thread when any passed a nonzero `pred`)
 inline int task_barrier(BlockRef b, bool poison, int pred = 0, const char* file = __builtin_FILE(),
                         int line = __builtin_LINE()) {
-    return detail::barrier_on(*b, detail::Op::SyncOr, pred, file, line, poison);
+    return detail::barrier_on(*b, detail::Op::SyncOr, pred, file, line, poison, true);
 }
 // A task on the worker block. Inside a running block (the persistent executor runs the task on
 // every thread of its worker block, runtime/executor.cuh, and says so in v.on_block) the calling

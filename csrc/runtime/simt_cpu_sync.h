@@ -26,7 +26,8 @@ namespace detail {
 // took it since the last fill (the executor's barrier
 // after each task: no thread runs while the last one to arrive fills it; TSan ignores the fill,
 // as it ignores the whole barrier, and the release/acquire per generation orders the rest).
-inline int barrier_on(Sched& s, Op op, int pred, const char* file, int line, bool poison = false) {
+inline int barrier_on(Sched& s, Op op, int pred, const char* file, int line, bool poison = false,
+                      bool task_end = false) {
     Fiber* self = s.cur;
     TsanIgnore ignore;
     if (s.aborting) { block(s, self); return 0; }
@@ -52,6 +53,7 @@ inline int barrier_on(Sched& s, Op op, int pred, const char* file, int line, boo
                      : op == Op::SyncOr    ? int(s.bar_true > 0) : 0;
         ++s.bar_gen;
         s.at_barrier = 0;
+        if (task_end) s.mbar_ready = false;  // a task's mbarriers are its own (simt_cpu_mbarrier.h)
         if (poison) {
             if (s.watch_addr) watch_check(s, self);  // this thread's segment, then the poison, which no thread wrote
 #if MPK_SIMT_STATIC_POISON

@@ -8,6 +8,7 @@
 //   - a producer / consumer ring (one producer warp, three consumer warps, two stages with a full and an
 //     empty barrier each) over seeds: every value arrives, exactly once, in order; its control, a producer
 //     that does not wait on the empty barrier, is seen on some seed;
+//   - a barrier per task on a persistent worker block (the task barrier ends a task's barriers);
 //   - every named error, with the call site's line, each beside the fixed kernel as its control.
 // Run:  bash tests/csrc/run_simt_tests.sh ptx   (plain, TSan and ASan+UBSan builds)
 #include "runtime/ptx.h"
@@ -125,6 +126,42 @@ static void test_ring() {
     report("producer / consumer ring, 12 seeds", before,
            "control (no wait on empty): " + std::to_string(wrong) + " of 1152 consumer runs wrong");
 #endif
+}
+
+// A persistent worker block runs task after task (runtime/executor.cuh): each task may mbarrier.init the
+// same bytes, as each block may; the task barrier ends the task's barriers, with or without test mode's
+// shared-memory poison. The control: a plain __syncthreads between them is still one task, so the second
+// init is over a live barrier.
+static void test_tasks_on_one_block() {
+    const int before = g_failures;
+    for (int task_end : {1, 0}) {
+        for (bool poison : {false, true}) {
+            int line = 0;
+            const std::string e = error_of({64, 64, 21}, [&] {
+                mpk::simt::BlockRef blk = mpk::simt::this_block();
+                for (int task = 0; task < 3; ++task) {
+                    uint64_t* bar = mpk::smem<uint64_t>(0, 1);
+                    if (threadIdx.x == 0) {
+                        NEXT_LINE(line);
+                        mbarrier_init_shared_b64(bar, 64);
+                    }
+                    __syncthreads();
+                    mbarrier_arrive_shared_b64(bar);
+                    mbarrier_wait_parity(bar, 0);
+                    if (task_end)
+                        mpk::simt::task_barrier(blk, poison);
+                    else
+                        __syncthreads();
+                }
+            });
+            if (task_end)
+                CHECK(e.empty(), "3 tasks (poison %d): %s", int(poison), e.c_str());
+            else
+                CHECK(has(e, "mbarrier.init.shared::cta.b64 at " + at_line(line)) && has(e, "is live"),
+                      "the control: got \"%s\"", e.c_str());
+        }
+    }
+    report("a barrier per task on one worker block", before);
 }
 
 static void test_errors() {
@@ -275,6 +312,7 @@ int main() {
     setvbuf(stdout, nullptr, _IOLBF, 0);
     test_phases();
     test_ring();
+    test_tasks_on_one_block();
     test_errors();
     printf("%s: %d failure(s) of %d checks\n", g_failures ? "FAILED" : "All mbarrier tests passed", g_failures.load(),
            g_checks.load());
