@@ -18,6 +18,9 @@
 //   mbarrier.expect_tx / complete_tx.relaxed.cta -> mbarrier_{expect,complete}_tx_shared_b64(bar, tx),
 //   mbarrier.try_wait.parity -> mbarrier_try_wait_parity_shared_b64(bar, q), and the blocking loop
 //   around it, mbarrier_wait_parity(bar, q)
+//   cp.async.bulk.tensor.{2d,3d}.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [map, {c..}], [bar]
+//       -> cp_async_bulk_tensor_2d_shared_cluster_global_mbarrier_complete_tx_bytes(dst, map, c0, c1, bar)
+//          (3d: c0, c1, c2), sm_90 and newer; map: a TensorMap made by make_tensor_map (host, below)
 // (.sync.aligned is every form's: the whole warp executes it, converged, at one call site.)
 //
 //   nvcc: each is the inline asm itself, nothing more.
@@ -34,11 +37,16 @@
 // docs/simt.md ("Tensor cores and asynchronous copies") says what only a GPU shows.
 #pragma once
 #include <stdint.h>
+#include <string>
 #include "simt.h"
-#if !defined(__CUDACC__)
+#if defined(__CUDACC__)
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#else
 #include "simt_cpu_async.h"
 #include "simt_cpu_mbarrier.h"
 #include "simt_cpu_ptx.h"
+#include "simt_cpu_tma.h"
 #endif
 
 namespace mpk {
@@ -159,6 +167,20 @@ MPK_DEVICE MPK_INLINE void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) 
 }
 #endif
 
+using TensorMap = CUtensorMap;
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+MPK_DEVICE MPK_INLINE void cp_async_bulk_tensor_2d_shared_cluster_global_mbarrier_complete_tx_bytes(
+    void* dst, const TensorMap* map, int32_t c0, int32_t c1, uint64_t* bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 ::"r"(shared_address(dst)), "l"(map), "r"(c0), "r"(c1), "r"(shared_address(bar)) : "memory");
+}
+MPK_DEVICE MPK_INLINE void cp_async_bulk_tensor_3d_shared_cluster_global_mbarrier_complete_tx_bytes(
+    void* dst, const TensorMap* map, int32_t c0, int32_t c1, int32_t c2, uint64_t* bar) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+                 ::"r"(shared_address(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(shared_address(bar)) : "memory");
+}
+#endif
+
 #else  // the host compiler: runtime/simt_cpu_ptx.h, runtime/simt_cpu_async.h
 
 #define MPK_PTX_MMA(NAME, OP, NA, NB)                                                                    \
@@ -249,7 +271,82 @@ inline void mbarrier_inval_shared_b64(uint64_t* bar, const char* file = __builti
     ::mpk::simt::detail::mbarrier_inval(bar, file, line);
 }
 
+using TensorMap = ::mpk::simt::TensorMapCpu;
+inline void cp_async_bulk_tensor_2d_shared_cluster_global_mbarrier_complete_tx_bytes(
+    void* dst, const TensorMap* map, int32_t c0, int32_t c1, uint64_t* bar, const char* file = __builtin_FILE(),
+    int line = __builtin_LINE()) {
+    const int32_t c[3] = {c0, c1, 0};
+    ::mpk::simt::detail::tma_load("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes", 2, dst,
+                                  map, c, bar, file, line);
+}
+inline void cp_async_bulk_tensor_3d_shared_cluster_global_mbarrier_complete_tx_bytes(
+    void* dst, const TensorMap* map, int32_t c0, int32_t c1, int32_t c2, uint64_t* bar,
+    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    const int32_t c[3] = {c0, c1, c2};
+    ::mpk::simt::detail::tma_load("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes", 3, dst,
+                                  map, c, bar, file, line);
+}
+
 #endif
+
+// The tensor map of a tensor at `base` (host code): rank 1 to 3, dims[d] elements along dimension d
+// (0 contiguous), strides[d] bytes between its consecutive indices (strides[0] = elem_bytes), a box of
+// box[d] elements, swizzle 0 (none) or 1, 2, 3 (32-, 64-, 128-byte; CUtensorMapSwizzle's values); tiled,
+// no interleave, zero fill. Returns "" when *out is made, else what is wrong with the request (the
+// limits cuTensorMapEncodeTiled sets, checked here on both backends; under CUDA also its own refusal).
+inline std::string make_tensor_map(TensorMap* out, const void* base, uint32_t rank, uint32_t elem_bytes,
+                                   const uint64_t* dims, const uint64_t* strides, const uint32_t* box, uint32_t swizzle) {
+    auto n = [](uint64_t v) { return std::to_string(v); };
+    if (rank < 1 || rank > 3) return "rank " + n(rank) + " is not 1, 2 or 3";
+    if (elem_bytes != 1 && elem_bytes != 2 && elem_bytes != 4 && elem_bytes != 8)
+        return "element size " + n(elem_bytes) + " is not 1, 2, 4 or 8 bytes";
+    if (reinterpret_cast<uintptr_t>(base) % 16) return "the base address is not 16-byte aligned";
+    if (swizzle > 3) return "swizzle " + n(swizzle) + " is not 0 (none), 1 (32-byte), 2 (64-byte) or 3 (128-byte)";
+    if (strides[0] != elem_bytes) return "strides[0] = " + n(strides[0]) + ": dimension 0 must be contiguous";
+    for (uint32_t d = 0; d < rank; ++d) {
+        if (dims[d] < 1 || dims[d] > (uint64_t(1) << 32)) return "dims[" + n(d) + "] = " + n(dims[d]) + " is outside [1, 2^32]";
+        if (box[d] < 1 || box[d] > 256) return "box[" + n(d) + "] = " + n(box[d]) + " is outside [1, 256]";
+        if (d && (strides[d] % 16 || strides[d] >= (uint64_t(1) << 40)))
+            return "strides[" + n(d) + "] = " + n(strides[d]) + " bytes is not a multiple of 16 below 2^40";
+    }
+    const uint64_t inner = uint64_t(box[0]) * elem_bytes;
+    if (inner % 16) return "the box's inner extent, " + n(inner) + " bytes, is not a multiple of 16";
+    if (swizzle && inner > (16u << swizzle))
+        return "the box's inner extent, " + n(inner) + " bytes, is wider than the " + n(16u << swizzle) + "-byte swizzle";
+#if defined(__CUDACC__)
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            fn = nullptr;
+        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    }();
+    if (!encode) return "the CUDA driver has no cuTensorMapEncodeTiled";
+    const CUtensorMapDataType type = elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                     : elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
+                                     : elem_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32
+                                                       : CU_TENSOR_MAP_DATA_TYPE_INT64;
+    const cuuint32_t ones[3] = {1, 1, 1};
+    const CUresult r = encode(out, type, rank, const_cast<void*>(base), dims, strides + 1, box, ones,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, CUtensorMapSwizzle(swizzle),
+                              CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) return "cuTensorMapEncodeTiled refused it (CUresult " + n(uint64_t(r)) + ")";
+#else
+    *out = TensorMap{};
+    out->magic = ::mpk::simt::kTensorMapMagic;
+    out->rank = rank;
+    out->elem_bytes = elem_bytes;
+    out->swizzle = swizzle;
+    out->base = static_cast<const char*>(base);
+    for (uint32_t d = 0; d < rank; ++d) {
+        out->dims[d] = dims[d];
+        out->strides[d] = strides[d];
+        out->box[d] = box[d];
+    }
+#endif
+    return "";
+}
 
 }  // namespace ptx
 }  // namespace mpk

@@ -38,6 +38,7 @@
 // instruction does not compile them; their slow paths are the runtime object's, simt_cpu_config.h):
 //   simt_cpu_async.h      cp.async: copies in flight, their groups, the seeded landing, their checks
 //   simt_cpu_mbarrier.h   mbarrier: phases, arrivals and transaction bytes, waits that can never complete
+//   simt_cpu_tma.h        cp.async.bulk.tensor: tensor maps, swizzled boxes landing on their mbarrier
 //   simt_cpu_ptx.h        mma.sync and ldmatrix as warp collectives (the PTX ISA's fragment layouts)
 #pragma once
 #if defined(__CUDACC__)

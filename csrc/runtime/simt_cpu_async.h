@@ -38,6 +38,7 @@ namespace detail {
 
 constexpr unsigned char kInFlight = 0xFF;     // what a destination holds until its copy lands
 constexpr uint32_t kOpen = 0xFFFFFFFFu;       // the group of a copy not yet committed
+constexpr uint32_t kBulk = 0xFFFFFFFEu;       // a bulk tensor copy (simt_cpu_tma.h): lands on its mbarrier
 
 struct AsyncCopy {
     char* dst;
@@ -47,6 +48,7 @@ struct AsyncCopy {
     const char* file;           // where it was issued
     int line;
     const char* form;           // "cp.async.cg.shared.global"
+    int32_t bulk = -1;          // a bulk tensor copy's record in Async::bulk
 };
 struct AsyncThread {
     std::vector<AsyncCopy> copies;  // in flight, in issue order
@@ -58,6 +60,14 @@ struct Async {
     std::vector<uint8_t> stat;      // ... of the static __shared__ arrays (this module's TLS block)
     int mode = 0;                   // 0 at commit, 1 at the wait, 2 on the way (above)
     uint64_t rng = 1;
+    // bulk tensor copies (simt_cpu_tma.h): their records, and how one lands (set by the first)
+    std::vector<struct BulkCopy>* bulk = nullptr;
+    void (*land_bulk)(Sched& s, Async& a, int thread, const AsyncCopy& c) = nullptr;
+    void (*land_on)(Sched& s, const char* bar) = nullptr;  // every copy completing on mbarrier `bar`
+    void (*free_bulk)(std::vector<struct BulkCopy>* v) = nullptr;
+    ~Async() {
+        if (bulk) free_bulk(bulk);
+    }
 };
 inline void async_free(Async* a) { delete a; }
 void async_tick(Sched& s, Fiber* self);  // (defined below, as fiber_main is: simt_cpu_sched.h)
@@ -79,6 +89,7 @@ inline Async& async_of(Sched& s) {
         a.dyn.assign(s.smem_bytes / 4 + 1, 0);
         a.stat.clear();
         a.rng = ::mpk::splitmix64(s.rng ^ 0x9E3779B97F4A7C15ull) | 1;
+        if (a.bulk) a.bulk->clear();
         a.mode = int((a.rng >> 33) % 3);
     }
     return a;
@@ -112,7 +123,9 @@ inline std::string shared_text(const Sched& s) {
 inline std::string copy_text(const AsyncCopy& c, int thread) {
     return std::string(c.form) + " " + std::to_string(c.bytes) + " bytes at " + site(c.file, c.line) + " by threadIdx.x " +
            std::to_string(thread) +
-           (c.group == kOpen ? " (not committed)" : " (group " + std::to_string(c.group) + ")");
+           (c.group == kOpen   ? " (not committed)"
+            : c.group == kBulk ? " (completing on its mbarrier)"
+                               : " (group " + std::to_string(c.group) + ")");
 }
 // The copy in flight (of any thread) that writes the 4-byte word at p; null if none.
 inline const AsyncCopy* copy_over(Sched& s, const void* p, int* thread) {
@@ -144,6 +157,7 @@ inline void set_flags(Sched& s, Async& a, const char* p, size_t n, uint8_t v) {
 
 // The copy lands: its destination must still hold the poison (a thread wrote it otherwise).
 inline void land(Sched& s, Async& a, int thread, const AsyncCopy& c) {
+    if (c.group == kBulk) return a.land_bulk(s, a, thread, c);
     set_flags(s, a, c.dst, c.bytes, 0);
     --s.async_pending;
     uint64_t q[2] = {0, 0};
@@ -248,7 +262,7 @@ MPK_SIMT_SLOW void cp_async_wait_group(int n, const char* file, int line) {
     if (!s.async_pending) return;
     Async& a = *s.async;
     const uint32_t committed = a.threads[s.cur->tid.x].committed;
-    land_where(s, int(s.cur->tid.x), [&](uint32_t g) { return g == kOpen || g + uint32_t(n) >= committed; });
+    land_where(s, int(s.cur->tid.x), [&](uint32_t g) { return g == kOpen || g == kBulk || g + uint32_t(n) >= committed; });
 }
 #else
 void cp_async_wait_group(int n, const char* file, int line);
@@ -263,14 +277,25 @@ MPK_SIMT_SLOW void async_tick(Sched& s, Fiber* self) {
     AsyncThread& th = a.threads[self->tid.x];
     if (th.copies.empty()) return;
     uint32_t lands = 0;  // bit g % 32: group g lands now (the groups in flight are fewer than 32 apart)
+    bool bulk = false;   // the thread's bulk copies: each by a draw of its own, below
     for (const AsyncCopy& c : th.copies) {
-        if (c.group == kOpen) continue;
+        bulk = bulk || c.group == kBulk;
+        if (c.group == kOpen || c.group == kBulk) continue;
         a.rng ^= a.rng << 13;
         a.rng ^= a.rng >> 7;
         a.rng ^= a.rng << 17;
         if (a.rng & 1) lands |= 1u << (c.group % 32);
     }
-    if (lands) land_where(s, int(self->tid.x), [&](uint32_t g) { return g == kOpen || !((lands >> (g % 32)) & 1); });
+    if (lands)
+        land_where(s, int(self->tid.x), [&](uint32_t g) { return g == kOpen || g == kBulk || !((lands >> (g % 32)) & 1); });
+    if (bulk)
+        land_where(s, int(self->tid.x), [&](uint32_t g) {
+            if (g != kBulk) return true;
+            a.rng ^= a.rng << 13;
+            a.rng ^= a.rng >> 7;
+            a.rng ^= a.rng << 17;
+            return (a.rng & 1) == 0;
+        });
 }
 #endif  // (declared above)
 
@@ -282,7 +307,8 @@ MPK_SIMT_SLOW void async_thread_done(Sched& s, Fiber* self, const char* what) {
     if (v.empty()) return;
     throw Error(thread_name(self) + " " + what + " with " + std::to_string(v.size()) + " cp.async cop" +
                 (v.size() == 1 ? "y" : "ies") + " in flight, the first " + copy_text(v[0], int(self->tid.x)) +
-                ": a cp.async.wait_group / wait_all must cover every group before the task ends");
+                (v[0].group == kBulk ? ": a wait on its mbarrier must see it land before the task ends"
+                                     : ": a cp.async.wait_group / wait_all must cover every group before the task ends"));
 }
 #endif  // (declared above)
 

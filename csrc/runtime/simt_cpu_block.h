@@ -114,9 +114,12 @@ MPK_SIMT_SLOW void run(const Block& b, void (*fn)(void*), void* arg) {
 #if !MPK_SIMT_ASAN
     for (int i = 0; i < 64; ++i) clobbered |= uint8_t(s.smem[b.smem_bytes + size_t(i)]) != 0xA5;
 #endif
+    // simt_cpu_mbarrier.h: a barrier left with transaction bytes unbalanced (named before the arena goes)
+    const std::string unbalanced = s.error.empty() && s.mbar_ready ? s.mbar_end(s) : std::string();
     p.arena_done(s.smem);
     s.smem = nullptr;
     if (!s.error.empty()) throw Error(s.error);
+    if (!unbalanced.empty()) throw Error(unbalanced);
     if (clobbered)
         throw Error("a write past the end of the block's " + std::to_string(b.smem_bytes) +
                     " bytes of dynamic shared memory (the canary after it changed)");

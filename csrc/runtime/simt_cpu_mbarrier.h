@@ -68,12 +68,14 @@ struct MBars {
     int stuck = 0;             // threads that failed kMbarSpins times at the current progress
 };
 inline void mbar_free(MBars* m) { delete m; }
+std::string mbar_end(Sched& s);  // (defined below)
 
 // The block's barrier state, set up by its first mbarrier instruction.
 inline MBars& mbars_of(Sched& s) {
     if (!s.mbar) {
         s.mbar = new MBars;
         s.mbar_free = &mbar_free;
+        s.mbar_end = &mbar_end;
     }
     MBars& m = *s.mbar;
     if (!s.mbar_ready) {
@@ -130,6 +132,19 @@ MPK_SIMT_SLOW MBar& mbar_at(Sched& s, MBars& m, const void* p, const char* form,
 std::string mbar_text(Sched& s, const MBar& b);
 std::string mbar_state(const MBar& b);
 MBar& mbar_at(Sched& s, MBars& m, const void* p, const char* form, const char* file, int line);
+#endif
+
+#if MPK_SIMT_DEFINE_SLOW_PATHS
+// As the block or a task ends: a barrier whose phase holds transaction bytes (completed without an
+// expect_tx, or announced and never completed) had its bytes miscounted, even when no wait hung on it.
+MPK_SIMT_SLOW std::string mbar_end(Sched& s) {
+    if (!s.mbar_ready) return "";
+    for (const MBar& b : s.mbar->bars)
+        if (b.valid && b.tx != 0)
+            return mbar_text(s, b) + " ends " + (s.exited == s.nthreads ? "its block" : "its task") + " " + mbar_state(b) +
+                   (b.tx < 0 ? ": more bytes completed on it than expect_tx announced" : ": bytes announced never came");
+    return "";
+}
 #endif
 
 // The current phase completes when nothing is left of it.
@@ -266,6 +281,9 @@ MPK_SIMT_SLOW bool mbarrier_wait_parity(void* bar, uint32_t parity, const char* 
     {
         TsanIgnore ignore;
         MBars& m = mbars_of(s);
+        const char* addr = mbar_at(s, m, bar, form, file, line).addr;
+        // bulk tensor copies completing here land first, at the latest (simt_cpu_tma.h)
+        if (s.async_pending && s.async->land_on) s.async->land_on(s, addr);
         MBar& b = mbar_at(s, m, bar, form, file, line);
         if (!b.valid)
             fail(s, std::string(form) + " at " + site(file, line) + " by " + thread_name(self) + ": " + mbar_text(s, b) +
@@ -287,6 +305,7 @@ MPK_SIMT_SLOW bool mbarrier_wait_parity(void* bar, uint32_t parity, const char* 
     yield_now();
     TsanIgnore ignore;
     MBars& m = mbars_of(s);
+    if (s.async_pending && s.async->land_on) s.async->land_on(s, mbar_at(s, m, bar, form, file, line).addr);
     const MBar& b = mbar_at(s, m, bar, form, file, line);
     const bool done = (b.phase & 1) != (parity & 1);
     if (done) tsan_acquire(const_cast<char*>(b.addr));

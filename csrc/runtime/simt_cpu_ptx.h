@@ -109,8 +109,9 @@ MPK_SIMT_SLOW void ldmatrix_complete(Sched& s, Fiber* lanes, Op op) {
         if (!in_shared(s, p, 16)) fail(s, where() + ", is not in shared memory (" + shared_text(s) + ")");
         int thread = -1;
         if (const AsyncCopy* c = in_flight(s, p, 16, &thread))
-            fail(s, where() + ", reads bytes that " + copy_text(*c, thread) +
-                        " will still write: its group has not been waited for (cp.async.wait_group)");
+            fail(s, where() + ", reads bytes that " + copy_text(*c, thread) + " will still write: " +
+                        (c->group == kBulk ? "its mbarrier has not been waited on (mbarrier.try_wait.parity)"
+                                           : "its group has not been waited for (cp.async.wait_group)"));
     }
     for (int l = 0; l < 32; ++l) {
         const int g = l >> 2, t = l & 3;

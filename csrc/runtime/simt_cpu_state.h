@@ -193,6 +193,7 @@ struct Sched {
     MBars* mbar = nullptr;
     bool mbar_ready = false;    // set up for the running block (run() clears it)
     void (*mbar_free)(MBars* m) = nullptr;
+    std::string (*mbar_end)(Sched& s) = nullptr;  // what is unbalanced as the block or a task ends ("": nothing)
     // the executor's per-block state (block_scratch): not shared memory, never poisoned
     char* scratch = nullptr;
     size_t scratch_bytes = 0;

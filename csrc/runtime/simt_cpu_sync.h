@@ -53,7 +53,11 @@ inline int barrier_on(Sched& s, Op op, int pred, const char* file, int line, boo
                      : op == Op::SyncOr    ? int(s.bar_true > 0) : 0;
         ++s.bar_gen;
         s.at_barrier = 0;
-        if (task_end) s.mbar_ready = false;  // a task's mbarriers are its own (simt_cpu_mbarrier.h)
+        if (task_end && s.mbar_ready) {  // a task's mbarriers are its own (simt_cpu_mbarrier.h)
+            const std::string unbalanced = s.mbar_end(s);
+            if (!unbalanced.empty()) fail(s, unbalanced);
+            s.mbar_ready = false;
+        }
         if (poison) {
             if (s.watch_addr) watch_check(s, self);  // this thread's segment, then the poison, which no thread wrote
 #if MPK_SIMT_STATIC_POISON

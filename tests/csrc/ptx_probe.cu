@@ -1,9 +1,9 @@
 // ptx_probe.cu: every wrapper of csrc/runtime/ptx.h in one kernel, for nvcc (tests/unit/test_nvcc.py:
 // test_ptx_wrappers_are_the_instructions builds it for each architecture and finds each PTX instruction
 // in the PTX nvcc wrote, with no spills). m16n8k32 e4m3 needs sm_89 or newer; mbarrier's expect_tx, complete_tx
-// and try_wait forms sm_90 or newer.
+// and try_wait forms and the TMA copies sm_90 or newer.
 #include "runtime/ptx.h"
-extern "C" __global__ void ptx_probe(float* out, const uint16_t* g) {
+extern "C" __global__ void ptx_probe(float* out, const uint16_t* g, const mpk::ptx::TensorMap* map) {
     __shared__ __align__(16) uint16_t s[4096];
     using namespace mpk::ptx;
     const int l = threadIdx.x;
@@ -45,6 +45,14 @@ extern "C" __global__ void ptx_probe(float* out, const uint16_t* g) {
     }
     __syncthreads();
     mbarrier_wait_parity(bar + 1, 0);
+    __shared__ __align__(1024) uint16_t box[2048];
+    if (l == 0) {
+        mbarrier_arrive_expect_tx_shared_b64(bar + 1, 8192);
+        cp_async_bulk_tensor_2d_shared_cluster_global_mbarrier_complete_tx_bytes(box, map, 0, 0, bar + 1);
+        cp_async_bulk_tensor_3d_shared_cluster_global_mbarrier_complete_tx_bytes(box + 1024, map + 1, 0, 0, 1, bar + 1);
+    }
+    mbarrier_wait_parity(bar + 1, 1);
+    c[0] += box[l];
 #endif
     __syncthreads();
     if (l == 0) mbarrier_inval_shared_b64(bar);

@@ -201,14 +201,16 @@ PTX_FORMS = ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
              "mbarrier.test_wait.parity.shared::cta.b64", "mbarrier.inval.shared::cta.b64"]
 E4M3 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
 SM90 = ["mbarrier.arrive.expect_tx.shared::cta.b64", "mbarrier.expect_tx.relaxed.cta.shared::cta.b64",
-        "mbarrier.complete_tx.relaxed.cta.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64"]
+        "mbarrier.complete_tx.relaxed.cta.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64",
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"]
 
 
 @pytest.mark.parametrize("arch", every_variant.ARCHS)
 def test_ptx_wrappers_are_the_instructions(tmp_path, arch):
     """Under nvcc each wrapper of runtime/ptx.h is its inline asm and nothing more: every form appears in
-    the PTX of a kernel that calls them all (e4m3 from sm_89, mbarrier's tx and try_wait forms from sm_90),
-    which ptxas builds without spills."""
+    the PTX of a kernel that calls them all (e4m3 from sm_89; mbarrier's tx and try_wait forms and TMA
+    from sm_90), which ptxas builds without spills."""
     if arch not in every_variant.supported_archs():
         pytest.skip(f"this nvcc cannot build {arch}")
     src = str(tmp_path / "ptx_probe.cu")       # nvcc_ptxas writes its fatbin beside the source
