@@ -13,6 +13,8 @@
 #include "runtime/simt.h"
 #include "tasks/linear.cuh"
 
+#include "median.h"  // benchmarks/: the median of 5 runs
+
 #include <algorithm>
 #include <chrono>
 #include <stdio.h>
@@ -25,18 +27,6 @@ using mpk::simt::Block;
 using mpk::simt::run_block;
 
 constexpr int64_t B = 8, K = 4096, ROWS = 96;
-
-// Median over 5 runs of f(), in seconds.
-template <class F> static double median_s(F&& f) {
-    std::vector<double> t;
-    for (int r = 0; r < 5; ++r) {
-        const auto t0 = std::chrono::steady_clock::now();
-        f();
-        t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(t.begin(), t.end());
-    return t[2];
-}
 
 int main(int argc, char** argv) {
     // argv[1]: tasks per run (default 32, spread over a 24576-row weight; given, a weight of just those

@@ -183,24 +183,37 @@ MPK_SIMT_SLOW void mbarrier_init(void* bar, uint32_t count, const char* file, in
     mbar_progress(m);
 }
 
+// The barrier at `bar` for instruction `form` (mbar_at), which must not have been invalidated.
+MPK_SIMT_SLOW MBar& live_mbar(Sched& s, MBars& m, void* bar, const char* form, const char* file, int line) {
+    MBar& b = mbar_at(s, m, bar, form, file, line);
+    if (!b.valid)
+        fail(s, std::string(form) + " at " + site(file, line) + " by " + thread_name(s.cur) + ": " + mbar_text(s, b) +
+                    " was invalidated (mbarrier.inval)");
+    return b;
+}
+
+// delta transaction bytes on the current phase (expect_tx: > 0, complete_tx: < 0), within the ISA's range;
+// `who` names the instruction or the copy for the message. A release, as an arrive-on is.
+MPK_SIMT_SLOW void mbar_add_tx(Sched& s, MBar& b, int64_t delta, const std::string& who) {
+    if (delta > kMbarMax || -delta > kMbarMax || b.tx + delta > kMbarMax || b.tx + delta < -kMbarMax)
+        fail(s, who + ": " + std::to_string(delta < 0 ? -delta : delta) + " bytes take the tx-count outside [-" +
+                    std::to_string(kMbarMax) + ", " + std::to_string(kMbarMax) + "] (" + mbar_text(s, b) + ", " +
+                    mbar_state(b) + ")");
+    tsan_release(const_cast<char*>(b.addr));
+    b.tx += delta;
+    (delta > 0 ? b.expected : b.completed) += delta > 0 ? delta : -delta;
+}
+
 // An arrive-on operation (after an expect-tx of `tx` bytes when expect): returns the phase it arrived in.
 MPK_SIMT_SLOW uint64_t mbarrier_arrive(void* bar, bool expect, uint32_t tx, const char* form, const char* file,
                                        int line) {
     Sched& s = issuing_block(form);
     TsanIgnore ignore;
     MBars& m = mbars_of(s);
-    MBar& b = mbar_at(s, m, bar, form, file, line);
-    auto where = [&] { return std::string(form) + " at " + site(file, line) + " by " + thread_name(s.cur); };
-    if (!b.valid) fail(s, where() + ": " + mbar_text(s, b) + " was invalidated (mbarrier.inval)");
-    if (expect) {
-        if (tx > kMbarMax || b.tx + int64_t(tx) > kMbarMax)
-            fail(s, where() + ": " + std::to_string(tx) + " more transaction bytes take the tx-count past " +
-                        std::to_string(kMbarMax) + " (" + mbar_text(s, b) + ", " + mbar_state(b) + ")");
-        b.tx += tx;
-        b.expected += tx;
-    }
-    if (b.pending == 0)
-        fail(s, where() + ": one arrival more than the count: " + mbar_text(s, b) + " is " + mbar_state(b));
+    MBar& b = live_mbar(s, m, bar, form, file, line);
+    const std::string who = std::string(form) + " at " + site(file, line) + " by " + thread_name(s.cur);
+    if (expect) mbar_add_tx(s, b, int64_t(tx), who);
+    if (b.pending == 0) fail(s, who + ": one arrival more than the count: " + mbar_text(s, b) + " is " + mbar_state(b));
     const uint64_t phase = b.phase;
     tsan_release(const_cast<char*>(b.addr));  // arrive has .release semantics: a wait that sees the phase acquires
     --b.pending;
@@ -214,16 +227,8 @@ MPK_SIMT_SLOW void mbarrier_tx(void* bar, int64_t delta, const char* form, const
     Sched& s = issuing_block(form);
     TsanIgnore ignore;
     MBars& m = mbars_of(s);
-    MBar& b = mbar_at(s, m, bar, form, file, line);
-    auto where = [&] { return std::string(form) + " at " + site(file, line) + " by " + thread_name(s.cur); };
-    if (!b.valid) fail(s, where() + ": " + mbar_text(s, b) + " was invalidated (mbarrier.inval)");
-    if (delta > kMbarMax || -delta > kMbarMax || b.tx + delta > kMbarMax || b.tx + delta < -kMbarMax)
-        fail(s, where() + ": " + std::to_string(delta < 0 ? -delta : delta) + " bytes take the tx-count outside [-" +
-                    std::to_string(kMbarMax) + ", " + std::to_string(kMbarMax) + "] (" + mbar_text(s, b) + ", " +
-                    mbar_state(b) + ")");
-    tsan_release(const_cast<char*>(b.addr));
-    b.tx += delta;
-    (delta > 0 ? b.expected : b.completed) += delta > 0 ? delta : -delta;
+    MBar& b = live_mbar(s, m, bar, form, file, line);
+    mbar_add_tx(s, b, delta, std::string(form) + " at " + site(file, line) + " by " + thread_name(s.cur));
     mbar_settle(b);
     mbar_progress(m);
 }
@@ -284,10 +289,7 @@ MPK_SIMT_SLOW bool mbarrier_wait_parity(void* bar, uint32_t parity, const char* 
         const char* addr = mbar_at(s, m, bar, form, file, line).addr;
         // bulk tensor copies completing here land first, at the latest (simt_cpu_tma.h)
         if (s.async_pending && s.async->land_on) s.async->land_on(s, addr);
-        MBar& b = mbar_at(s, m, bar, form, file, line);
-        if (!b.valid)
-            fail(s, std::string(form) + " at " + site(file, line) + " by " + thread_name(self) + ": " + mbar_text(s, b) +
-                        " was invalidated (mbarrier.inval)");
+        MBar& b = live_mbar(s, m, bar, form, file, line);
         if ((b.phase & 1) != (parity & 1)) {
             tsan_acquire(const_cast<char*>(b.addr));
             return true;
@@ -313,6 +315,8 @@ MPK_SIMT_SLOW bool mbarrier_wait_parity(void* bar, uint32_t parity, const char* 
 }
 #else
 void mbarrier_init(void* bar, uint32_t count, const char* file, int line);
+MBar& live_mbar(Sched& s, MBars& m, void* bar, const char* form, const char* file, int line);
+void mbar_add_tx(Sched& s, MBar& b, int64_t delta, const std::string& who);
 uint64_t mbarrier_arrive(void* bar, bool expect, uint32_t tx, const char* form, const char* file, int line);
 void mbarrier_tx(void* bar, int64_t delta, const char* form, const char* file, int line);
 void mbarrier_inval(void* bar, const char* file, int line);

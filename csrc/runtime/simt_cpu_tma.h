@@ -101,14 +101,8 @@ MPK_SIMT_SLOW void tma_land(Sched& s, Async& a, int thread, const AsyncCopy& c) 
                 }
             }
     MBars& mb = mbars_of(s);
-    MBar& bar = mbar_at(s, mb, k.bar, k.form, c.file, c.line);
-    if (!bar.valid) fail(s, copy_text(c, thread) + ": " + mbar_text(s, bar) + " was invalidated before the copy landed");
-    if (bar.tx - int64_t(c.bytes) < -kMbarMax)
-        fail(s, copy_text(c, thread) + ": its " + std::to_string(c.bytes) + " bytes take the tx-count of " +
-                    mbar_text(s, bar) + " below -" + std::to_string(kMbarMax));
-    tsan_release(const_cast<char*>(bar.addr));
-    bar.tx -= int64_t(c.bytes);
-    bar.completed += int64_t(c.bytes);
+    MBar& bar = live_mbar(s, mb, k.bar, k.form, c.file, c.line);
+    mbar_add_tx(s, bar, -int64_t(c.bytes), copy_text(c, thread) + ", landing");
     mbar_settle(bar);
     mbar_progress(mb);
 }
@@ -148,9 +142,7 @@ MPK_SIMT_SLOW void tma_load(const char* form, uint32_t rank, void* dst, const Te
         fail(s, where() + ": the destination [" + ptr_text(d) + ", " + ptr_text(d + bytes) + ") is not in shared memory (" +
                     shared_text(s) + ")");
     if (uintptr_t(d) % 128) fail(s, where() + ": the destination " + ptr_text(d) + " is not 128-byte aligned");
-    MBars& mb = mbars_of(s);
-    MBar& b = mbar_at(s, mb, bar, form, file, line);
-    if (!b.valid) fail(s, where() + ": " + mbar_text(s, b) + " was invalidated (mbarrier.inval)");
+    live_mbar(s, mbars_of(s), bar, form, file, line);
     Async& a = async_of(s);
     if (!a.bulk) {
         a.bulk = new std::vector<BulkCopy>;

@@ -168,12 +168,6 @@ static void test_errors() {
     const int before = g_failures;
     std::string e;
     int line = 0, line2 = 0;
-    auto expect = [&](const char* what, const std::string& err, std::initializer_list<std::string> parts) {
-        bool ok = !err.empty();
-        for (const std::string& p : parts) ok = ok && has(err, p);
-        CHECK(ok, "%s: got \"%s\"", what, err.c_str());
-        printf("  %-34s %s\n", what, err.c_str());  // the evidence: each message as a user sees it
-    };
     // one arrival short: the consumers' wait can never complete (the control: every thread arrives)
     for (int short_by : {1, 0}) {
         e = error_of({64, 64, 3}, [&] {

@@ -291,12 +291,6 @@ static void test_errors() {
     alignas(16) static uint8_t global[64];
     std::string e;
     int line = 0;
-    auto expect = [&](const char* what, const std::string& err, std::initializer_list<std::string> parts) {
-        bool ok = !err.empty();
-        for (const std::string& p : parts) ok = ok && has(err, p);
-        CHECK(ok, "%s: got \"%s\"", what, err.c_str());
-        printf("  %-34s %s\n", what, err.c_str());  // the evidence: each message as a user sees it
-    };
     using namespace mpk::ptx;
 
     e = error_of({32, 256, 1}, [&] {

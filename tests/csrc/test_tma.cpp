@@ -122,6 +122,15 @@ static void test_conformance() {
     report("TMA boxes: 4 swizzle modes x 5 places, and 3-D", before, std::to_string(cases) + " 2-D boxes");
 }
 
+// The calling thread's box: a barrier of count 1 at `bar` expecting `bytes`, and the copy of the box at
+// (0, y) into dst (every instruction with the caller's call site).
+static void one_box(uint64_t* bar, void* dst, const TensorMap* map, int32_t y, uint32_t bytes,
+                    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    mbarrier_init_shared_b64(bar, 1, file, line);
+    mbarrier_arrive_expect_tx_shared_b64(bar, bytes, file, line);
+    cp_async_bulk_tensor_2d_shared_cluster_global_mbarrier_complete_tx_bytes(dst, map, 0, y, bar, file, line);
+}
+
 // Seen right after its issue the box is either landed or still the poison; the wait always lands it.
 static void test_asynchrony() {
     const int before = g_failures;
@@ -138,9 +147,7 @@ static void test_asynchrony() {
             uint64_t* bar = mpk::smem<uint64_t>(512, 1);
             uint32_t* dst = mpk::smem<uint32_t>(0, 64);
             if (threadIdx.x) return;
-            mbarrier_init_shared_b64(bar, 1);
-            mbarrier_arrive_expect_tx_shared_b64(bar, 256);
-            cp_async_bulk_tensor_2d_shared_cluster_global_mbarrier_complete_tx_bytes(dst, &map, 0, 0, bar);
+            one_box(bar, dst, &map, 0, 256);
             seen_at_issue = dst[5];      // a plain read before the wait: the data or the in-flight poison
             mbarrier_wait_parity(bar, 0);
             seen_after_wait = dst[5];
@@ -160,12 +167,6 @@ static void test_errors() {
     const int before = g_failures;
     std::string e;
     int line = 0;
-    auto expect = [&](const char* what, const std::string& err, std::initializer_list<std::string> parts) {
-        bool ok = !err.empty();
-        for (const std::string& p : parts) ok = ok && has(err, p);
-        CHECK(ok, "%s: got \"%s\"", what, err.c_str());
-        printf("  %-34s %s\n", what, err.c_str());
-    };
     alignas(16) static uint16_t src[16 * 64];
     for (int i = 0; i < 16 * 64; ++i) src[i] = uint16_t(i + 1);
     const uint64_t dims[2] = {64, 16}, strides[2] = {2, 128};
@@ -180,11 +181,7 @@ static void test_errors() {
             e = error_of({32, 2048, seed}, [&] {
                 uint64_t* bar = mpk::smem<uint64_t>(1024, 1);
                 char* dst = mpk::smem<char>(0, 1024);
-                if (threadIdx.x == 0) {
-                    mbarrier_init_shared_b64(bar, 1);
-                    mbarrier_arrive_expect_tx_shared_b64(bar, 1024);
-                    cp_async_bulk_tensor_2d_shared_cluster_global_mbarrier_complete_tx_bytes(dst, &map, 0, 0, bar);
-                }
+                if (threadIdx.x == 0) one_box(bar, dst, &map, 0, 1024);
                 __syncthreads();
                 if (wait) mbarrier_wait_parity(bar, 0);
                 uint32_t r[4];
@@ -233,10 +230,8 @@ static void test_errors() {
         e = error_of({32, 2048, seed}, [&] {
             uint64_t* bar = mpk::smem<uint64_t>(1024, 1);
             if (threadIdx.x) return;
-            mbarrier_init_shared_b64(bar, 1);
-            mbarrier_arrive_expect_tx_shared_b64(bar, 1024);
             NEXT_LINE(line);
-            cp_async_bulk_tensor_2d_shared_cluster_global_mbarrier_complete_tx_bytes(mpk::smem<char>(0, 1024), &map, 0, 0, bar);
+            one_box(bar, mpk::smem<char>(0, 1024), &map, 0, 1024);
         });
         if (has(e, "exits with 1 cp.async copy in flight") && has(e, std::string(form) + " 1024 bytes at " + at_line(line)) &&
             has(e, "a wait on its mbarrier must see it land")) {
@@ -253,9 +248,7 @@ static void test_errors() {
             uint64_t* bar = mpk::smem<uint64_t>(1024, 1);
             char* dst = mpk::smem<char>(0, 1024);
             if (threadIdx.x) return;
-            mbarrier_init_shared_b64(bar, 1);
-            mbarrier_arrive_expect_tx_shared_b64(bar, 1024);
-            cp_async_bulk_tensor_2d_shared_cluster_global_mbarrier_complete_tx_bytes(dst, &map, 0, 0, bar);
+            one_box(bar, dst, &map, 0, 1024);
             dst[100] = 1;
             mbarrier_wait_parity(bar, 0);
         });

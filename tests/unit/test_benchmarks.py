@@ -41,24 +41,19 @@ def test_benchmark_script_runs(argv, last, tmp_path):
     assert last in out.stdout, f"{argv[0]} ran but did not print {last!r}"
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++: the CPU backend's compiler is missing")
-def test_simt_overhead_builds_and_runs(tmp_path):
-    exe = str(tmp_path / "simt_overhead")
-    build = run(["g++", "-std=c++17", "-O2", "-I", os.path.join(ROOT, "csrc"),
-                 os.path.join(BENCH, "simt_overhead.cpp"), "-o", exe], str(tmp_path))
-    assert build.returncode == 0, build.stderr[-3000:]
-    out = run([exe], str(tmp_path))
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "__syncthreads, 128 threads" in out.stdout and "block_sum" in out.stdout
-    assert "mma.m16n8k16" in out.stdout and "cp.async.cg" in out.stdout
+# (a C++ benchmark, its arguments, what its output must hold)
+CPP = [("simt_overhead", [], ["__syncthreads, 128 threads", "block_sum", "mma.m16n8k16", "cp.async.cg"]),
+       ("gemv_rate", ["2"], ["W streamed", "W in cache"])]
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++: the CPU backend's compiler is missing")
-def test_gemv_rate_builds_and_runs(tmp_path):
-    exe = str(tmp_path / "gemv_rate")
+@pytest.mark.parametrize("name,args,lines", CPP, ids=[c[0] for c in CPP])
+def test_cpp_benchmark_builds_and_runs(name, args, lines, tmp_path):
+    exe = str(tmp_path / name)
     build = run(["g++", "-std=c++17", "-O2", "-I", os.path.join(ROOT, "csrc"),
-                 os.path.join(BENCH, "gemv_rate.cpp"), "-o", exe], str(tmp_path))
+                 os.path.join(BENCH, f"{name}.cpp"), "-o", exe], str(tmp_path))
     assert build.returncode == 0, build.stderr[-3000:]
-    out = run([exe, "2"], str(tmp_path))
+    out = run([exe, *args], str(tmp_path))
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "W streamed" in out.stdout and "W in cache" in out.stdout
+    missing = [line for line in lines if line not in out.stdout]
+    assert missing == [], f"{name} ran but did not print {missing}"
