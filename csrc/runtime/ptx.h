@@ -21,6 +21,11 @@
 //   cp.async.bulk.tensor.{2d,3d}.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [map, {c..}], [bar]
 //       -> cp_async_bulk_tensor_2d_shared_cluster_global_mbarrier_complete_tx_bytes(dst, map, c0, c1, bar)
 //          (3d: c0, c1, c2), sm_90 and newer; map: a TensorMap made by make_tensor_map (host, below)
+//   cp.async.bulk.tensor.{2d,3d}.global.shared::cta.bulk_group [map, {c..}], [src]
+//       -> cp_async_bulk_tensor_2d_global_shared_cta_bulk_group(map, c0, c1, src) (3d: c0, c1, c2)
+//   cp.async.bulk.commit_group / wait_group N / wait_group.read N -> cp_async_bulk_commit_group(),
+//       cp_async_bulk_wait_group<N>(), cp_async_bulk_wait_group_read<N>()
+//   fence.proxy.async.shared::cta -> fence_proxy_async_shared_cta()         (all five: sm_90 and newer)
 // (.sync.aligned is every form's: the whole warp executes it, converged, at one call site.)
 //
 //   nvcc: each is the inline asm itself, nothing more.
@@ -179,6 +184,24 @@ MPK_DEVICE MPK_INLINE void cp_async_bulk_tensor_3d_shared_cluster_global_mbarrie
     asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
                  ::"r"(shared_address(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(shared_address(bar)) : "memory");
 }
+MPK_DEVICE MPK_INLINE void cp_async_bulk_tensor_2d_global_shared_cta_bulk_group(const TensorMap* map, int32_t c0, int32_t c1,
+                                                                               const void* src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+                 ::"l"(map), "r"(shared_address(src)), "r"(c0), "r"(c1) : "memory");
+}
+MPK_DEVICE MPK_INLINE void cp_async_bulk_tensor_3d_global_shared_cta_bulk_group(const TensorMap* map, int32_t c0, int32_t c1,
+                                                                               int32_t c2, const void* src) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];"
+                 ::"l"(map), "r"(shared_address(src)), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+MPK_DEVICE MPK_INLINE void cp_async_bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int N> MPK_DEVICE MPK_INLINE void cp_async_bulk_wait_group() {
+    asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+}
+template <int N> MPK_DEVICE MPK_INLINE void cp_async_bulk_wait_group_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+MPK_DEVICE MPK_INLINE void fence_proxy_async_shared_cta() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 #endif
 
 #else  // the host compiler: runtime/simt_cpu_ptx.h, runtime/simt_cpu_async.h
@@ -285,6 +308,31 @@ inline void cp_async_bulk_tensor_3d_shared_cluster_global_mbarrier_complete_tx_b
     const int32_t c[3] = {c0, c1, c2};
     ::mpk::simt::detail::tma_load("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes", 3, dst,
                                   map, c, bar, file, line);
+}
+inline void cp_async_bulk_tensor_2d_global_shared_cta_bulk_group(const TensorMap* map, int32_t c0, int32_t c1,
+                                                                const void* src, const char* file = __builtin_FILE(),
+                                                                int line = __builtin_LINE()) {
+    const int32_t c[3] = {c0, c1, 0};
+    ::mpk::simt::detail::tma_store("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group", 2, src, map, c, file, line);
+}
+inline void cp_async_bulk_tensor_3d_global_shared_cta_bulk_group(const TensorMap* map, int32_t c0, int32_t c1, int32_t c2,
+                                                                const void* src, const char* file = __builtin_FILE(),
+                                                                int line = __builtin_LINE()) {
+    const int32_t c[3] = {c0, c1, c2};
+    ::mpk::simt::detail::tma_store("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group", 3, src, map, c, file, line);
+}
+inline void cp_async_bulk_commit_group(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    ::mpk::simt::detail::bulk_commit_group(file, line);
+}
+// (wait_group and wait_group.read are the same here: a store reads its source and writes the tensor as it lands)
+template <int N> inline void cp_async_bulk_wait_group(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    ::mpk::simt::detail::bulk_wait_group(N, file, line);
+}
+template <int N> inline void cp_async_bulk_wait_group_read(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    ::mpk::simt::detail::bulk_wait_group(N, file, line);
+}
+inline void fence_proxy_async_shared_cta(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    ::mpk::simt::detail::fence_proxy_async(file, line);
 }
 
 #endif

@@ -48,7 +48,7 @@ struct AsyncCopy {
     const char* file;           // where it was issued
     int line;
     const char* form;           // "cp.async.cg.shared.global"
-    int32_t bulk = -1;          // a bulk tensor copy's record in Async::bulk
+    int32_t bulk = -1;          // a bulk tensor copy's record in Async::tma
 };
 struct AsyncThread {
     std::vector<AsyncCopy> copies;  // in flight, in issue order
@@ -60,13 +60,16 @@ struct Async {
     std::vector<uint8_t> stat;      // ... of the static __shared__ arrays (this module's TLS block)
     int mode = 0;                   // 0 at commit, 1 at the wait, 2 on the way (above)
     uint64_t rng = 1;
-    // bulk tensor copies (simt_cpu_tma.h): their records, and how one lands (set by the first)
-    std::vector<struct BulkCopy>* bulk = nullptr;
-    void (*land_bulk)(Sched& s, Async& a, int thread, const AsyncCopy& c) = nullptr;
-    void (*land_on)(Sched& s, const char* bar) = nullptr;  // every copy completing on mbarrier `bar`
-    void (*free_bulk)(std::vector<struct BulkCopy>* v) = nullptr;
+    // bulk tensor copies (simt_cpu_tma.h): their state, and its functions (set by the first TMA instruction)
+    struct Tma* tma = nullptr;
+    void (*land_bulk)(Sched& s, Async& a, int thread, const AsyncCopy& c) = nullptr;  // a load lands
+    void (*land_on)(Sched& s, const char* bar) = nullptr;  // every load completing on mbarrier `bar`
+    void (*tma_tick)(Sched& s, Fiber* self) = nullptr;      // self's stores at its blocking point (mode 2)
+    void (*tma_done)(Sched& s, Fiber* self, const char* what) = nullptr;  // self's stores as it ends
+    void (*tma_reset)(struct Tma* t, int threads) = nullptr;  // a new block
+    void (*tma_free)(struct Tma* t) = nullptr;
     ~Async() {
-        if (bulk) free_bulk(bulk);
+        if (tma) tma_free(tma);
     }
 };
 inline void async_free(Async* a) { delete a; }
@@ -89,7 +92,7 @@ inline Async& async_of(Sched& s) {
         a.dyn.assign(s.smem_bytes / 4 + 1, 0);
         a.stat.clear();
         a.rng = ::mpk::splitmix64(s.rng ^ 0x9E3779B97F4A7C15ull) | 1;
-        if (a.bulk) a.bulk->clear();
+        if (a.tma) a.tma_reset(a.tma, s.nthreads);
         a.mode = int((a.rng >> 33) % 3);
     }
     return a;
@@ -274,6 +277,7 @@ MPK_SIMT_SLOW void async_tick(Sched& s, Fiber* self) {
     if (self == &s.main) return;
     Async& a = *s.async;
     if (a.mode != 2) return;
+    if (a.tma) a.tma_tick(s, self);
     AsyncThread& th = a.threads[self->tid.x];
     if (th.copies.empty()) return;
     uint32_t lands = 0;  // bit g % 32: group g lands now (the groups in flight are fewer than 32 apart)
@@ -303,6 +307,7 @@ MPK_SIMT_SLOW void async_tick(Sched& s, Fiber* self) {
 #if MPK_SIMT_DEFINE_SLOW_PATHS
 MPK_SIMT_SLOW void async_thread_done(Sched& s, Fiber* self, const char* what) {
     TsanIgnore ignore;
+    if (s.async->tma) s.async->tma_done(s, self, what);
     const std::vector<AsyncCopy>& v = s.async->threads[self->tid.x].copies;
     if (v.empty()) return;
     throw Error(thread_name(self) + " " + what + " with " + std::to_string(v.size()) + " cp.async cop" +

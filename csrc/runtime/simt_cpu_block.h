@@ -94,6 +94,7 @@ MPK_SIMT_SLOW void run(const Block& b, void (*fn)(void*), void* arg) {
     s.smem = p.arena_for(b.smem_bytes);
     s.smem_touched = false;
     memset(s.smem, b.smem_fill, b.smem_bytes);  // poison: 0xFF, NaN as float, bf16 and fp16
+    s.smem_fill = b.smem_fill;
 #if !MPK_SIMT_ASAN
     memset(s.smem + b.smem_bytes, 0xA5, 64);  // canary: a raw write just past the end shows
 #endif

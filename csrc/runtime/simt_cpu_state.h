@@ -165,6 +165,7 @@ struct Sched {
     char* smem = nullptr;
     size_t smem_bytes = 0;
     bool smem_touched = false;   // mpk::smem / smem_base handed out since the last poison
+    unsigned char smem_fill = 0xFF;  // what the block found in its shared memory (Block::smem_fill)
     // the first violation; then every started fiber unwinds and run_block throws
     bool aborting = false;
     std::string error;
@@ -189,6 +190,7 @@ struct Sched {
     void (*async_tick)(Sched& s, Fiber* self) = nullptr;                   // a blocking point of self
     void (*async_done)(Sched& s, Fiber* self, const char* what) = nullptr; // self's task ends or it exits
     void (*async_free)(Async* a) = nullptr;
+    void (*async_task_end)(Sched& s) = nullptr;  // a task of a worker block ended (simt_cpu_tma.h's fence baseline)
     // mbarrier (simt_cpu_mbarrier.h): the block's barriers, set up by its first mbarrier instruction
     MBars* mbar = nullptr;
     bool mbar_ready = false;    // set up for the running block (run() clears it)

@@ -69,6 +69,7 @@ inline int barrier_on(Sched& s, Op op, int pred, const char* file, int line, boo
             }
             if (s.watch_addr) memcpy(s.watch_copy, s.watch_addr, s.watch_bytes);
         }
+        if (task_end && s.async_task_end) s.async_task_end(s);
         // (each fiber's st stays Barrier until take() runs it: a store per fiber here would
         // touch 128 cache lines per barrier for nothing; diagnose() only runs when no lane is ready)
         for (int w = 0; w < s.nwarps; ++w) s.warps[w].ready = 0xFFFFFFFFu;

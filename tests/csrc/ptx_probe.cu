@@ -53,6 +53,16 @@ extern "C" __global__ void ptx_probe(float* out, const uint16_t* g, const mpk::p
     }
     mbarrier_wait_parity(bar + 1, 1);
     c[0] += box[l];
+    box[l] = uint16_t(l);
+    fence_proxy_async_shared_cta();
+    __syncthreads();
+    if (l == 0) {
+        cp_async_bulk_tensor_2d_global_shared_cta_bulk_group(map + 2, 0, 0, box);
+        cp_async_bulk_tensor_3d_global_shared_cta_bulk_group(map + 3, 0, 0, 0, box + 1024);
+        cp_async_bulk_commit_group();
+        cp_async_bulk_wait_group_read<0>();
+        cp_async_bulk_wait_group<0>();
+    }
 #endif
     __syncthreads();
     if (l == 0) mbarrier_inval_shared_b64(bar);

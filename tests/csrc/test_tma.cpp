@@ -7,6 +7,9 @@
 //   - asynchrony: over seeds the box is seen both landed at its issue and still in flight (the poison)
 //     until the wait on its mbarrier; the wait lands it;
 //   - make_tensor_map refuses what cuTensorMapEncodeTiled refuses, with the reason;
+//   - stores: a tile written by the threads in that layout, fenced, stored as a box inside and across the
+//     edges (clipped), whatever the landing moment; no fence, a source reused before its read, an exit
+//     with a store pending: named;
 //   - every named error, with the call site's line, beside its fixed kernel.
 // Run:  bash tests/csrc/run_simt_tests.sh ptx   (plain, TSan and ASan+UBSan builds)
 #include "runtime/ptx.h"
@@ -298,11 +301,127 @@ static void test_errors() {
     report("TMA named errors", before);
 }
 
+// TMA stores: 128 threads write a tile into shared memory in the swizzled layout written out above, fence,
+// and thread 0 stores it as a box at places inside and across the tensor's edges; the tensor must hold the
+// tile where the box is inside it and its old values everywhere else, whatever the landing moment.
+static void test_stores() {
+    const int before = g_failures;
+    const uint64_t rows = 24, cols = 72;  // rows of 144 bytes
+    std::vector<uint16_t> t(rows * cols + 8);
+    uint16_t* out = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(t.data()) + 15) & ~uintptr_t(15));
+    int cases = 0;
+    for (int mode = 0; mode <= 3; ++mode) {
+        const uint32_t bw = mode ? 8u << mode : 64, bh = 8;
+        const uint64_t dims[2] = {cols, rows}, strides[2] = {2, cols * 2};
+        const uint32_t box[2] = {bw, bh};
+        TensorMap map;
+        CHECK(make_tensor_map(&map, out, 2, 2, dims, strides, box, uint32_t(mode)).empty(), "store map %d", mode);
+        const int32_t coords[][2] = {{0, 0}, {int32_t(cols) - int32_t(bw) / 2, 20}, {-5, -3}};
+        for (const auto& xy : coords) {
+            for (uint64_t i = 0; i < rows * cols; ++i) out[i] = 0xBEEF;
+            const std::string e = error_of({128, 4096, uint64_t(31 + cases)}, [&] {
+                char* src = mpk::smem<char>(0, 2048);
+                const uintptr_t base = reinterpret_cast<uintptr_t>(src);
+                for (uint32_t i = threadIdx.x; i < bw * bh; i += 128) {  // element (r, c) = 1000 r + c + 1
+                    const uint16_t v = uint16_t(1000 * (i / bw) + i % bw + 1);
+                    memcpy(src + swizzled_offset(base, size_t(i) * 2, mode), &v, 2);
+                }
+                fence_proxy_async_shared_cta();
+                __syncthreads();
+                if (threadIdx.x) return;
+                cp_async_bulk_tensor_2d_global_shared_cta_bulk_group(&map, xy[0], xy[1], src);
+                cp_async_bulk_commit_group();
+                cp_async_bulk_wait_group_read<0>();
+            });
+            CHECK(e.empty(), "store mode %d at (%d, %d): %s", mode, xy[0], xy[1], e.c_str());
+            int written = 0;
+            for (int64_t y = 0; y < int64_t(rows); ++y)
+                for (int64_t x = 0; x < int64_t(cols); ++x) {
+                    const int64_t r = y - xy[1], c = x - xy[0];
+                    const bool in_box = r >= 0 && r < int64_t(bh) && c >= 0 && c < int64_t(bw);
+                    const uint16_t want = in_box ? uint16_t(1000 * r + c + 1) : uint16_t(0xBEEF);
+                    written += in_box;
+                    CHECK(out[y * int64_t(cols) + x] == want, "store mode %d at (%d, %d): tensor (%d, %d) %u, want %u", mode,
+                          xy[0], xy[1], int(y), int(x), out[y * int64_t(cols) + x], want);
+                }
+            CHECK(written > 0, "some of the box is inside");
+            ++cases;
+        }
+    }
+    report("TMA stores: 4 swizzle modes x 3 places", before, std::to_string(cases) + " boxes");
+}
+
+static void test_store_errors() {
+    const int before = g_failures;
+    alignas(16) static uint16_t dst[8 * 64];
+    const uint64_t dims[2] = {64, 8}, strides[2] = {2, 128};
+    const uint32_t box[2] = {64, 8};
+    TensorMap map;
+    CHECK(make_tensor_map(&map, dst, 2, 2, dims, strides, box, 3).empty(), "the map");
+    int line = 0;
+    // the generic proxy's writes with no fence.proxy.async before the store (the control: with it)
+    for (bool fence : {false, true}) {
+        const std::string e = error_of({128, 2048, 7}, [&] {
+            char* src = mpk::smem<char>(0, 1024);
+            for (int i = int(threadIdx.x); i < 1024; i += 128) src[i] = char(i);
+            if (fence) fence_proxy_async_shared_cta();
+            __syncthreads();
+            if (threadIdx.x) return;
+            NEXT_LINE(line);
+            cp_async_bulk_tensor_2d_global_shared_cta_bulk_group(&map, 0, 0, src);
+            cp_async_bulk_commit_group();
+            cp_async_bulk_wait_group<0>();
+        });
+        if (fence)
+            CHECK(e.empty(), "with the fence: %s", e.c_str());
+        else
+            expect("store with no fence.proxy.async", e, {"cp.async.bulk.tensor.2d.global.shared::cta.bulk_group at " +
+                                                          at_line(line), "was written after the last fence.proxy.async"});
+    }
+    // the source reused before wait_group.read covered the store: named on the seeds where it lands late
+    // (the control: the wait first, on every seed)
+    for (bool wait_first : {false, true}) {
+        int named = 0, clean = 0;
+        for (uint64_t seed = 1; seed <= 12; ++seed) {
+            const std::string e = error_of({32, 2048, seed}, [&] {
+                char* src = mpk::smem<char>(0, 1024);
+                if (threadIdx.x) return;
+                fence_proxy_async_shared_cta();
+                NEXT_LINE(line);
+                cp_async_bulk_tensor_2d_global_shared_cta_bulk_group(&map, 0, 0, src);
+                cp_async_bulk_commit_group();
+                if (wait_first) cp_async_bulk_wait_group_read<0>();
+                src[5] = 1;  // the next tile
+                cp_async_bulk_wait_group_read<0>();
+            });
+            clean += e.empty();
+            if (has(e, "was written before the store read it") && has(e, at_line(line)) && !named++)
+                printf("  %-34s %s\n", "source reused before the read", e.c_str());
+        }
+        if (wait_first)
+            CHECK(clean == 12, "the wait first: %d of 12 seeds clean", clean);
+        else
+            CHECK(named > 0 && named + clean == 12, "reused early: named on %d seeds, clean on %d", named, clean);
+    }
+    // a thread that exits with a store not waited for
+    std::string e = error_of({32, 2048, 2}, [&] {
+        char* src = mpk::smem<char>(0, 1024);
+        if (threadIdx.x) return;
+        fence_proxy_async_shared_cta();
+        NEXT_LINE(line);
+        cp_async_bulk_tensor_2d_global_shared_cta_bulk_group(&map, 0, 0, src);
+    });
+    expect("exit with a store not waited for", e, {"exits with 1 TMA store not waited for", at_line(line), "(not committed)"});
+    report("TMA store named errors", before);
+}
+
 int main() {
     setvbuf(stdout, nullptr, _IOLBF, 0);
     test_conformance();
     test_asynchrony();
     test_errors();
+    test_stores();
+    test_store_errors();
     printf("%s: %d failure(s) of %d checks\n", g_failures ? "FAILED" : "All tma tests passed", g_failures.load(),
            g_checks.load());
     return g_failures ? 1 : 0;

@@ -203,7 +203,10 @@ E4M3 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
 SM90 = ["mbarrier.arrive.expect_tx.shared::cta.b64", "mbarrier.expect_tx.relaxed.cta.shared::cta.b64",
         "mbarrier.complete_tx.relaxed.cta.shared::cta.b64", "mbarrier.try_wait.parity.shared::cta.b64",
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
-        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"]
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes",
+        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group",
+        "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group",
+        "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read", "fence.proxy.async.shared::cta"]
 
 
 @pytest.mark.parametrize("arch", every_variant.ARCHS)
