@@ -44,10 +44,7 @@
 #include <stdint.h>
 #include <string>
 #include "simt.h"
-#if defined(__CUDACC__)
-#include <cuda.h>
-#include <cudaTypedefs.h>
-#else
+#if !defined(__CUDACC__)
 #include "simt_cpu_async.h"
 #include "simt_cpu_mbarrier.h"
 #include "simt_cpu_ptx.h"
@@ -172,7 +169,11 @@ MPK_DEVICE MPK_INLINE void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) 
 }
 #endif
 
-using TensorMap = CUtensorMap;
+// CUtensorMap's size and alignment (cuda.h, not included here: half a second of every nvcc build that
+// includes this header; tests/csrc/ptx_probe.cu checks the layout and the enum values below against it).
+struct alignas(128) TensorMap {
+    uint64_t opaque[16];
+};
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 MPK_DEVICE MPK_INLINE void cp_async_bulk_tensor_2d_shared_cluster_global_mbarrier_complete_tx_bytes(
     void* dst, const TensorMap* map, int32_t c0, int32_t c1, uint64_t* bar) {
@@ -362,24 +363,24 @@ inline std::string make_tensor_map(TensorMap* out, const void* base, uint32_t ra
     if (swizzle && inner > (16u << swizzle))
         return "the box's inner extent, " + n(inner) + " bytes, is wider than the " + n(16u << swizzle) + "-byte swizzle";
 #if defined(__CUDACC__)
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    // cuTensorMapEncodeTiled (driver API, CUDA 12.0's signature) through the runtime's entry-point lookup, so
+    // a module needs no libcuda at link time; its enums as their values (cuda.h: data types UINT8 0,
+    // UINT16 1, UINT32 2, UINT64 4; interleave, L2 promotion and OOB fill NONE 0; CUDA_SUCCESS 0).
+    using Encode = int (*)(TensorMap*, int, uint32_t, void*, const uint64_t*, const uint64_t*, const uint32_t*,
+                           const uint32_t*, int, int, int, int);
+    static const Encode encode = [] {
         void* fn = nullptr;
         cudaDriverEntryPointQueryResult q;
         if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
             q != cudaDriverEntryPointSuccess)
             fn = nullptr;
-        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+        return reinterpret_cast<Encode>(fn);
     }();
     if (!encode) return "the CUDA driver has no cuTensorMapEncodeTiled";
-    const CUtensorMapDataType type = elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
-                                     : elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
-                                     : elem_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32
-                                                       : CU_TENSOR_MAP_DATA_TYPE_INT64;
-    const cuuint32_t ones[3] = {1, 1, 1};
-    const CUresult r = encode(out, type, rank, const_cast<void*>(base), dims, strides + 1, box, ones,
-                              CU_TENSOR_MAP_INTERLEAVE_NONE, CUtensorMapSwizzle(swizzle),
-                              CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) return "cuTensorMapEncodeTiled refused it (CUresult " + n(uint64_t(r)) + ")";
+    const int type = elem_bytes == 1 ? 0 : elem_bytes == 2 ? 1 : elem_bytes == 4 ? 2 : 4;
+    const uint32_t ones[3] = {1, 1, 1};
+    const int r = encode(out, type, rank, const_cast<void*>(base), dims, strides + 1, box, ones, 0, int(swizzle), 0, 0);
+    if (r != 0) return "cuTensorMapEncodeTiled refused it (CUresult " + n(uint64_t(r)) + ")";
 #else
     *out = TensorMap{};
     out->magic = ::mpk::simt::kTensorMapMagic;

@@ -33,8 +33,8 @@ namespace simt {
 
 constexpr uint32_t kTensorMapMagic = 0x544D4150u;  // "TMAP": made by mpk::ptx::make_tensor_map
 
-// A tensor map's fields (cuTensorMapEncodeTiled's), for the emulation. 64-byte aligned like CUtensorMap.
-struct alignas(64) TensorMapCpu {
+// A tensor map's fields (cuTensorMapEncodeTiled's), for the emulation. 128-byte aligned like CUtensorMap.
+struct alignas(128) TensorMapCpu {
     uint32_t magic;
     uint32_t rank;           // 1 to 3
     uint32_t elem_bytes;     // 1, 2, 4 or 8

@@ -2,7 +2,21 @@
 // test_ptx_wrappers_are_the_instructions builds it for each architecture and finds each PTX instruction
 // in the PTX nvcc wrote, with no spills). m16n8k32 e4m3 needs sm_89 or newer; mbarrier's expect_tx, complete_tx
 // and try_wait forms and the TMA copies sm_90 or newer.
+#include <cuda.h>
 #include "runtime/ptx.h"
+// ptx.h's TensorMap and make_tensor_map's enum values, as cuda.h has them
+static_assert(sizeof(mpk::ptx::TensorMap) == sizeof(CUtensorMap) && alignof(mpk::ptx::TensorMap) == alignof(CUtensorMap),
+              "mpk::ptx::TensorMap is CUtensorMap's size and alignment");
+static_assert(CU_TENSOR_MAP_DATA_TYPE_UINT8 == 0 && CU_TENSOR_MAP_DATA_TYPE_UINT16 == 1 &&
+                  CU_TENSOR_MAP_DATA_TYPE_UINT32 == 2 && CU_TENSOR_MAP_DATA_TYPE_UINT64 == 4 &&
+                  CU_TENSOR_MAP_INTERLEAVE_NONE == 0 && CU_TENSOR_MAP_L2_PROMOTION_NONE == 0 &&
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE == 0 && CU_TENSOR_MAP_SWIZZLE_128B == 3 && CUDA_SUCCESS == 0,
+              "make_tensor_map's enum values");
+std::string probe_host_map(mpk::ptx::TensorMap* m, void* p) {  // the host helper compiles under nvcc
+    const uint64_t d[2] = {64, 64}, st[2] = {2, 128};
+    const uint32_t bx[2] = {64, 32};
+    return mpk::ptx::make_tensor_map(m, p, 2, 2, d, st, bx, 3);
+}
 extern "C" __global__ void ptx_probe(float* out, const uint16_t* g, const mpk::ptx::TensorMap* map) {
     __shared__ __align__(16) uint16_t s[4096];
     using namespace mpk::ptx;
