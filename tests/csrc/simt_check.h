@@ -20,7 +20,7 @@ template <class F> static std::string error_of(const mpk::simt::Block& b, F&& bo
 }
 static bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 // A block's error message must hold every part; the message is printed as the evidence, as a user sees it.
-static void expect(const char* what, const std::string& err, std::initializer_list<std::string> parts) {
+inline void expect(const char* what, const std::string& err, std::initializer_list<std::string> parts) {
     bool ok = !err.empty();
     for (const std::string& p : parts) ok = ok && has(err, p);
     CHECK(ok, "%s: got \"%s\"", what, err.c_str());
