@@ -177,13 +177,13 @@ inline void land(Sched& s, Async& a, int thread, const AsyncCopy& c) {
     memcpy(c.dst, c.src, c.src_bytes);
     memset(c.dst + c.src_bytes, 0, c.bytes - c.src_bytes);
 }
-// Lands the copies of `thread` whose group satisfies keep(group) == false, in issue order.
+// Lands the copies of `thread` for which keep(copy) is false, in issue order.
 template <class Keep> inline void land_where(Sched& s, int thread, Keep keep) {
     Async& a = *s.async;
     std::vector<AsyncCopy>& v = a.threads[size_t(thread)].copies;
     size_t out = 0;
     for (size_t i = 0; i < v.size(); ++i) {
-        if (keep(v[i].group)) {
+        if (keep(v[i])) {
             v[out++] = v[i];
         } else {
             const AsyncCopy c = v[i];
@@ -249,7 +249,7 @@ MPK_SIMT_SLOW void cp_async_commit_group(const char* file, int line) {
     const uint32_t g = th.committed++;
     for (AsyncCopy& c : th.copies)
         if (c.group == kOpen) c.group = g;
-    if (a.mode == 0) land_where(s, int(s.cur->tid.x), [&](uint32_t grp) { return grp != g; });
+    if (a.mode == 0) land_where(s, int(s.cur->tid.x), [&](const AsyncCopy& c) { return c.group != g; });
 }
 #else
 void cp_async_commit_group(const char* file, int line);
@@ -265,7 +265,9 @@ MPK_SIMT_SLOW void cp_async_wait_group(int n, const char* file, int line) {
     if (!s.async_pending) return;
     Async& a = *s.async;
     const uint32_t committed = a.threads[s.cur->tid.x].committed;
-    land_where(s, int(s.cur->tid.x), [&](uint32_t g) { return g == kOpen || g == kBulk || g + uint32_t(n) >= committed; });
+    land_where(s, int(s.cur->tid.x), [&](const AsyncCopy& c) {
+        return c.group == kOpen || c.group == kBulk || c.group + uint32_t(n) >= committed;
+    });
 }
 #else
 void cp_async_wait_group(int n, const char* file, int line);
@@ -291,10 +293,12 @@ MPK_SIMT_SLOW void async_tick(Sched& s, Fiber* self) {
         if (a.rng & 1) lands |= 1u << (c.group % 32);
     }
     if (lands)
-        land_where(s, int(self->tid.x), [&](uint32_t g) { return g == kOpen || g == kBulk || !((lands >> (g % 32)) & 1); });
+        land_where(s, int(self->tid.x), [&](const AsyncCopy& c) {
+            return c.group == kOpen || c.group == kBulk || !((lands >> (c.group % 32)) & 1);
+        });
     if (bulk)
-        land_where(s, int(self->tid.x), [&](uint32_t g) {
-            if (g != kBulk) return true;
+        land_where(s, int(self->tid.x), [&](const AsyncCopy& c) {
+            if (c.group != kBulk) return true;
             a.rng ^= a.rng << 13;
             a.rng ^= a.rng >> 7;
             a.rng ^= a.rng << 17;

@@ -286,10 +286,9 @@ MPK_SIMT_SLOW bool mbarrier_wait_parity(void* bar, uint32_t parity, const char* 
     {
         TsanIgnore ignore;
         MBars& m = mbars_of(s);
-        const char* addr = mbar_at(s, m, bar, form, file, line).addr;
-        // bulk tensor copies completing here land first, at the latest (simt_cpu_tma.h)
-        if (s.async_pending && s.async->land_on) s.async->land_on(s, addr);
         MBar& b = live_mbar(s, m, bar, form, file, line);
+        // bulk tensor copies completing here land first, at the latest (simt_cpu_tma.h; landing adds no barrier)
+        if (s.async_pending && s.async->land_on) s.async->land_on(s, b.addr);
         if ((b.phase & 1) != (parity & 1)) {
             tsan_acquire(const_cast<char*>(b.addr));
             return true;

@@ -168,54 +168,50 @@ MPK_SIMT_SLOW void tma_land(Sched& s, Async& a, int thread, const AsyncCopy& c) 
 // Lands now every copy in flight that completes on barrier `bar` (a thread waits on it), in issue order.
 MPK_SIMT_SLOW void tma_land_on(Sched& s, const char* bar) {
     Async& a = *s.async;
-    for (size_t t = 0; t < a.threads.size(); ++t) {
-        std::vector<AsyncCopy>& v = a.threads[t].copies;
-        size_t out = 0;
-        for (size_t i = 0; i < v.size(); ++i) {
-            if (v[i].group == kBulk && a.tma->loads[size_t(v[i].bulk)].bar == bar) {
-                const AsyncCopy c = v[i];
-                tma_land(s, a, int(t), c);
-            } else {
-                v[out++] = v[i];
-            }
-        }
-        v.resize(out);
-    }
+    for (int t = 0; t < int(a.threads.size()); ++t)
+        land_where(s, t, [&](const AsyncCopy& c) { return c.group != kBulk || a.tma->loads[size_t(c.bulk)].bar != bar; });
 }
 
-// cp.async.bulk.tensor.{2,3}d ... [dst], [map, {coord}], [bar], issued by the calling thread.
-MPK_SIMT_SLOW void tma_load(const char* form, uint32_t rank, void* dst, const TensorMapCpu* map, const int32_t* coord,
-                            uint64_t* bar, const char* file, int line) {
-    Sched& s = issuing_block(form);
-    Fiber* self = s.cur;
-    TsanIgnore ignore;
-    auto where = [&] { return std::string(form) + " at " + site(file, line) + " by " + thread_name(self); };
+// The checks a TMA load or store makes at its issue, on the tensor map and on its box's `role` ("destination"
+// or "source") in shared memory; returns the box's bytes.
+MPK_SIMT_SLOW uint64_t tma_box_checked(Sched& s, const char* form, uint32_t rank, const TensorMapCpu* map, const char* p,
+                                      const char* role, const char* file, int line) {
+    auto where = [&] { return std::string(form) + " at " + site(file, line) + " by " + thread_name(s.cur); };
     if (!map || map->magic != kTensorMapMagic)
         fail(s, where() + ": the tensor map " + ptr_text(map) + " is not one (build it with mpk::ptx::make_tensor_map)");
     if (map->rank != rank)
         fail(s, where() + ": the tensor map has rank " + std::to_string(map->rank) + ", the instruction " + std::to_string(rank));
     const uint64_t bytes = box_bytes(*map);
-    char* d = static_cast<char*>(dst);
-    if (!in_shared(s, dst, bytes))
-        fail(s, where() + ": the destination [" + ptr_text(d) + ", " + ptr_text(d + bytes) + ") is not in shared memory (" +
+    if (!in_shared(s, p, bytes))
+        fail(s, where() + ": the " + role + " [" + ptr_text(p) + ", " + ptr_text(p + bytes) + ") is not in shared memory (" +
                     shared_text(s) + ")");
-    if (uintptr_t(d) % 128) fail(s, where() + ": the destination " + ptr_text(d) + " is not 128-byte aligned");
+    if (uintptr_t(p) % 128) fail(s, where() + ": the " + role + " " + ptr_text(p) + " is not 128-byte aligned");
+    int other = -1;
+    if (const AsyncCopy* o = in_flight(s, p, bytes, &other))
+        fail(s, where() + ": the " + role + " [" + ptr_text(p) + ", " + ptr_text(p + bytes) +
+                    ") overlaps bytes still in flight from " + copy_text(*o, other));
+    return bytes;
+}
+
+// cp.async.bulk.tensor.{2,3}d ... [dst], [map, {coord}], [bar], issued by the calling thread (coord: 3 entries,
+// those past the rank 0, as runtime/ptx.h passes them).
+MPK_SIMT_SLOW void tma_load(const char* form, uint32_t rank, void* dst, const TensorMapCpu* map, const int32_t* coord,
+                            uint64_t* bar, const char* file, int line) {
+    Sched& s = issuing_block(form);
+    TsanIgnore ignore;
+    char* d = static_cast<char*>(dst);
+    const uint64_t bytes = tma_box_checked(s, form, rank, map, d, "destination", file, line);
     live_mbar(s, mbars_of(s), bar, form, file, line);
     Tma& tm = tma_of(s);
     Async& a = *s.async;
-    int other = -1;
-    if (const AsyncCopy* o = in_flight(s, d, bytes, &other))
-        fail(s, where() + ": the destination [" + ptr_text(d) + ", " + ptr_text(d + bytes) +
-                    ") overlaps bytes still in flight from " + copy_text(*o, other));
-    tm.loads.push_back(BulkCopy{*map, {coord[0], rank > 1 ? coord[1] : 0, rank > 2 ? coord[2] : 0},
-                                reinterpret_cast<char*>(bar), form});
+    tm.loads.push_back(BulkCopy{*map, {coord[0], coord[1], coord[2]}, reinterpret_cast<char*>(bar), form});
     memset(dst, kInFlight, bytes);
     set_flags(s, a, d, bytes, 1);
     AsyncCopy c{d, nullptr, uint32_t(bytes), uint32_t(bytes), kBulk, file, line, form, int32_t(tm.loads.size() - 1)};
-    const int t = int(self->tid.x);
+    const int t = int(s.cur->tid.x);
     a.threads[size_t(t)].copies.push_back(c);
     ++s.async_pending;
-    if (a.mode == 0) land_where(s, t, [&](uint32_t g) { return g != kBulk; });
+    if (a.mode == 0) land_where(s, t, [&](const AsyncCopy& k) { return k.group != kBulk; });
 }
 // fence.proxy.async.shared::cta: the generic proxy's writes to shared memory so far are ordered before
 // what the async proxy (a TMA store, a wgmma) reads next.
@@ -263,27 +259,16 @@ template <class Keep> inline void stores_where(Sched& s, int thread, Keep keep) 
     v.resize(out);
 }
 
-// cp.async.bulk.tensor.{2,3}d.global.shared::cta.bulk_group [map, {coord}], [src], by the calling thread.
+// cp.async.bulk.tensor.{2,3}d.global.shared::cta.bulk_group [map, {coord}], [src], by the calling thread (coord
+// as tma_load's).
 MPK_SIMT_SLOW void tma_store(const char* form, uint32_t rank, const void* src, const TensorMapCpu* map, const int32_t* coord,
                              const char* file, int line) {
     Sched& s = issuing_block(form);
-    Fiber* self = s.cur;
     TsanIgnore ignore;
-    auto where = [&] { return std::string(form) + " at " + site(file, line) + " by " + thread_name(self); };
-    if (!map || map->magic != kTensorMapMagic)
-        fail(s, where() + ": the tensor map " + ptr_text(map) + " is not one (build it with mpk::ptx::make_tensor_map)");
-    if (map->rank != rank)
-        fail(s, where() + ": the tensor map has rank " + std::to_string(map->rank) + ", the instruction " + std::to_string(rank));
-    const uint64_t bytes = box_bytes(*map);
+    auto where = [&] { return std::string(form) + " at " + site(file, line) + " by " + thread_name(s.cur); };
     const char* p = static_cast<const char*>(src);
-    if (!in_shared(s, src, bytes))
-        fail(s, where() + ": the source [" + ptr_text(p) + ", " + ptr_text(p + bytes) + ") is not in shared memory (" +
-                    shared_text(s) + ")");
-    if (uintptr_t(p) % 128) fail(s, where() + ": the source " + ptr_text(p) + " is not 128-byte aligned");
+    const uint64_t bytes = tma_box_checked(s, form, rank, map, p, "source", file, line);
     Tma& tm = tma_of(s);
-    int other = -1;
-    if (const AsyncCopy* o = in_flight(s, p, bytes, &other))
-        fail(s, where() + ": the source overlaps bytes still in flight from " + copy_text(*o, other));
     if (s.smem && p >= s.smem && p + bytes <= s.smem + s.smem_bytes) {  // the generic proxy's writes: fenced?
         const char* base = tm.fenced.data() + (p - s.smem);
         for (uint64_t i = 0; i < bytes; ++i)
@@ -292,9 +277,9 @@ MPK_SIMT_SLOW void tma_store(const char* form, uint32_t rank, const void* src, c
                             ptr_text(p + bytes) + ") was written after the last fence.proxy.async (the store reads "
                             "through the async proxy: fence.proxy.async.shared::cta after the writes, before the copy)");
     }
-    const int t = int(self->tid.x);
-    tm.stores[size_t(t)].push_back(BulkStore{*map, {coord[0], rank > 1 ? coord[1] : 0, rank > 2 ? coord[2] : 0}, p,
-                                             std::vector<char>(p, p + bytes), kOpen, file, line});
+    const int t = int(s.cur->tid.x);
+    tm.stores[size_t(t)].push_back(BulkStore{*map, {coord[0], coord[1], coord[2]}, p, std::vector<char>(p, p + bytes),
+                                             kOpen, file, line});
     ++s.async_pending;
 }
 
@@ -350,6 +335,8 @@ void bulk_commit_group(const char* file, int line);
 void bulk_wait_group(int n, const char* file, int line);
 void tma_land(Sched& s, Async& a, int thread, const AsyncCopy& c);
 void tma_land_on(Sched& s, const char* bar);
+uint64_t tma_box_checked(Sched& s, const char* form, uint32_t rank, const TensorMapCpu* map, const char* p,
+                         const char* role, const char* file, int line);
 void tma_load(const char* form, uint32_t rank, void* dst, const TensorMapCpu* map, const int32_t* coord, uint64_t* bar,
               const char* file, int line);
 #endif
