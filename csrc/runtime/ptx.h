@@ -26,6 +26,7 @@
 //   cp.async.bulk.commit_group / wait_group N / wait_group.read N -> cp_async_bulk_commit_group(),
 //       cp_async_bulk_wait_group<N>(), cp_async_bulk_wait_group_read<N>()
 //   fence.proxy.async.shared::cta -> fence_proxy_async_shared_cta()         (all five: sm_90 and newer)
+//   wgmma.{fence,commit_group,wait_group,mma_async}, stmatrix, matrix descriptors: runtime/ptx_wgmma.h
 // (.sync.aligned is every form's: the whole warp executes it, converged, at one call site.)
 //
 //   nvcc: each is the inline asm itself, nothing more.
@@ -399,3 +400,5 @@ inline std::string make_tensor_map(TensorMap* out, const void* base, uint32_t ra
 
 }  // namespace ptx
 }  // namespace mpk
+
+#include "ptx_wgmma.h"  // wgmma, stmatrix, matrix descriptors

@@ -68,8 +68,15 @@ struct Async {
     void (*tma_done)(Sched& s, Fiber* self, const char* what) = nullptr;  // self's stores as it ends
     void (*tma_reset)(struct Tma* t, int threads) = nullptr;  // a new block
     void (*tma_free)(struct Tma* t) = nullptr;
+    // wgmma (simt_cpu_wgmma.h): its state and functions (set by the first wgmma instruction)
+    struct Wgmma* wgmma = nullptr;
+    void (*wgmma_reset)(struct Wgmma* w, int threads) = nullptr;
+    void (*wgmma_free)(struct Wgmma* w) = nullptr;
+    void (*wgmma_done)(Sched& s, Fiber* self, const char* what) = nullptr;  // self's warp's ops as it ends
+    std::string (*wgmma_reading)(Sched& s, const char* p, size_t n) = nullptr;  // the op in flight reading [p, p + n)
     ~Async() {
         if (tma) tma_free(tma);
+        if (wgmma) wgmma_free(wgmma);
     }
 };
 inline void async_free(Async* a) { delete a; }
@@ -93,6 +100,7 @@ inline Async& async_of(Sched& s) {
         a.stat.clear();
         a.rng = ::mpk::splitmix64(s.rng ^ 0x9E3779B97F4A7C15ull) | 1;
         if (a.tma) a.tma_reset(a.tma, s.nthreads);
+        if (a.wgmma) a.wgmma_reset(a.wgmma, s.nthreads);
         a.mode = int((a.rng >> 33) % 3);
     }
     return a;
@@ -228,6 +236,12 @@ MPK_SIMT_SLOW void cp_async(const char* form, void* dst, const void* src, uint32
     if (const AsyncCopy* o = in_flight(s, d, cp_size, &other))
         fail(s, where() + ": the destination [" + ptr_text(d) + ", " + ptr_text(d + cp_size) +
                     ") overlaps bytes still in flight from " + copy_text(*o, other));
+    if (a.wgmma_reading) {
+        const std::string r = a.wgmma_reading(s, d, cp_size);
+        if (!r.empty())
+            fail(s, where() + ": the destination [" + ptr_text(d) + ", " + ptr_text(d + cp_size) + ") is read by " + r +
+                        ", not yet retired: a stage may be refilled only after the wgmma.wait_group that covers its wgmma");
+    }
     memset(dst, kInFlight, cp_size);
     set_flags(s, a, d, cp_size, 1);
     a.threads[size_t(t)].copies.push_back(AsyncCopy{const_cast<char*>(d), sr, cp_size, src_size, kOpen, file, line, form});
@@ -312,6 +326,7 @@ MPK_SIMT_SLOW void async_tick(Sched& s, Fiber* self) {
 MPK_SIMT_SLOW void async_thread_done(Sched& s, Fiber* self, const char* what) {
     TsanIgnore ignore;
     if (s.async->tma) s.async->tma_done(s, self, what);
+    if (s.async->wgmma) s.async->wgmma_done(s, self, what);
     const std::vector<AsyncCopy>& v = s.async->threads[self->tid.x].copies;
     if (v.empty()) return;
     throw Error(thread_name(self) + " " + what + " with " + std::to_string(v.size()) + " cp.async cop" +

@@ -116,7 +116,8 @@ MPK_SIMT_SLOW void run(const Block& b, void (*fn)(void*), void* arg) {
     for (int i = 0; i < 64; ++i) clobbered |= uint8_t(s.smem[b.smem_bytes + size_t(i)]) != 0xA5;
 #endif
     // simt_cpu_mbarrier.h: a barrier left with transaction bytes unbalanced (named before the arena goes)
-    const std::string unbalanced = s.error.empty() && s.mbar_ready ? s.mbar_end(s) : std::string();
+    std::string unbalanced = s.error.empty() && s.mbar_ready ? s.mbar_end(s) : std::string();
+    if (unbalanced.empty() && s.error.empty() && s.async_ready && s.async_end) unbalanced = s.async_end(s);  // (wgmma's)
     p.arena_done(s.smem);
     s.smem = nullptr;
     if (!s.error.empty()) throw Error(s.error);

@@ -1,4 +1,4 @@
-// simt_cpu_ptx.h: mma.sync and ldmatrix on the CPU (runtime/ptx.h names the instructions). Each is
+// simt_cpu_ptx.h: mma.sync, ldmatrix and stmatrix on the CPU (runtime/ptx.h names the instructions). Each is
 // a warp collective of the emulation: the 32 lanes rendezvous at one call site, as for a shuffle
 // (a partial warp, an exited lane or lanes at different call sites is the collectives' named error),
 // and the last lane to arrive moves the data for all of them exactly as the PTX ISA's fragment
@@ -132,6 +132,45 @@ MPK_SIMT_SLOW void ldmatrix_complete(Sched& s, Fiber* lanes, Op op) {
 void ldmatrix_complete(Sched& s, Fiber* lanes, Op op);
 #endif
 
+// stmatrix (sm_90): ldmatrix's layout, the other way: lane l's register j goes to the rows of matrix j
+// whose addresses lanes 8 j .. 8 j + 7 give. The rows are checked as ldmatrix's, and also: not in flight
+// (a copy would overwrite them), not read by a wgmma in flight (simt_cpu_wgmma.h).
+#if MPK_SIMT_DEFINE_SLOW_PATHS
+MPK_SIMT_SLOW void stmatrix_complete(Sched& s, Fiber* lanes, Op op) {
+    const int n = op == Op::StmX1 || op == Op::StmX1T ? 1 : op == Op::StmX2 || op == Op::StmX2T ? 2 : 4;
+    const bool trans = op == Op::StmX1T || op == Op::StmX2T || op == Op::StmX4T;
+    const Fiber& f0 = lanes[0];
+    for (int l = 0; l < 8 * n; ++l) {
+        char* p = static_cast<char*>(const_cast<void*>(lane_args(lanes, l).row));
+        auto where = [&] {
+            return std::string(op_name(op)) + " at " + site(f0.file, f0.line) + ": row " + std::to_string(l % 8) +
+                   " of matrix " + std::to_string(l / 8) + ", the address " + ptr_text(p) + " of lane " + std::to_string(l);
+        };
+        if (uintptr_t(p) % 16) fail(s, where() + ", is not 16-byte aligned");
+        if (!in_shared(s, p, 16)) fail(s, where() + ", is not in shared memory (" + shared_text(s) + ")");
+        int thread = -1;
+        if (const AsyncCopy* c = in_flight(s, p, 16, &thread))
+            fail(s, where() + ", writes bytes that " + copy_text(*c, thread) + " will still write");
+        if (s.async && s.async->wgmma_reading) {
+            const std::string r = s.async->wgmma_reading(s, p, 16);
+            if (!r.empty()) fail(s, where() + ", writes bytes that " + r + " still reads (before its wgmma.wait_group)");
+        }
+    }
+    for (int l = 0; l < 32; ++l) {
+        const int g = l >> 2, t = l & 3;
+        const uint32_t* r = lane_args(lanes, l).r;
+        for (int j = 0; j < n; ++j)
+            for (int e = 0; e < 2; ++e) {
+                const int row = trans ? 2 * t + e : g, col = trans ? g : 2 * t + e;
+                const uint16_t h = uint16_t(r[j] >> (16 * e));
+                memcpy(static_cast<char*>(const_cast<void*>(lane_args(lanes, 8 * j + row).row)) + 2 * col, &h, 2);
+            }
+    }
+}
+#else
+void stmatrix_complete(Sched& s, Fiber* lanes, Op op);
+#endif
+
 #if MPK_SIMT_DEFINE_SLOW_PATHS
 MPK_SIMT_SLOW void matrix_complete(Sched& s, Fiber* lanes, Op op) {
     switch (op) {
@@ -140,6 +179,9 @@ MPK_SIMT_SLOW void matrix_complete(Sched& s, Fiber* lanes, Op op) {
     case Op::MmaK8Bf16: mma_complete<8, DecBf16>(lanes); break;
     case Op::MmaK8F16: mma_complete<8, DecF16>(lanes); break;
     case Op::MmaK32E4m3: mma_complete<32, DecE4m3>(lanes); break;
+    case Op::StmX1: case Op::StmX2: case Op::StmX4: case Op::StmX1T: case Op::StmX2T: case Op::StmX4T:
+        stmatrix_complete(s, lanes, op);
+        break;
     default: ldmatrix_complete(s, lanes, op); break;
     }
 }

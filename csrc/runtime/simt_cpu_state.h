@@ -75,7 +75,9 @@ enum class Op : uint8_t {
     SyncThreads, SyncCount, SyncAnd, SyncOr,
     // the tensor-core warp collectives (runtime/ptx.h; simt_cpu_ptx.h): one per PTX form, so a message names it
     MmaK16Bf16, MmaK16F16, MmaK8Bf16, MmaK8F16, MmaK32E4m3,
-    LdmX1, LdmX2, LdmX4, LdmX1T, LdmX2T, LdmX4T
+    LdmX1, LdmX2, LdmX4, LdmX1T, LdmX2T, LdmX4T,
+    StmX1, StmX2, StmX4, StmX1T, StmX2T, StmX4T,
+    Wgmma, WgmmaFence, WgmmaCommit, WgmmaWait  // (simt_cpu_wgmma.h: their messages name the shape)
 };
 inline const char* op_name(Op op) {
     static const char* const names[] = {
@@ -89,7 +91,12 @@ inline const char* op_name(Op op) {
         "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32",
         "ldmatrix.sync.aligned.m8n8.x1.shared.b16", "ldmatrix.sync.aligned.m8n8.x2.shared.b16",
         "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16",
-        "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"};
+        "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
+        "stmatrix.sync.aligned.m8n8.x1.shared.b16", "stmatrix.sync.aligned.m8n8.x2.shared.b16",
+        "stmatrix.sync.aligned.m8n8.x4.shared.b16", "stmatrix.sync.aligned.m8n8.x1.trans.shared.b16",
+        "stmatrix.sync.aligned.m8n8.x2.trans.shared.b16", "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
+        "wgmma.mma_async.sync.aligned", "wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned",
+        "wgmma.wait_group.sync.aligned"};
     return names[int(op)];
 }
 
@@ -191,6 +198,7 @@ struct Sched {
     void (*async_done)(Sched& s, Fiber* self, const char* what) = nullptr; // self's task ends or it exits
     void (*async_free)(Async* a) = nullptr;
     void (*async_task_end)(Sched& s) = nullptr;  // a task of a worker block ended (simt_cpu_tma.h's fence baseline)
+    std::string (*async_end)(Sched& s) = nullptr;  // the block ended: what is left inconsistent ("": nothing)
     // mbarrier (simt_cpu_mbarrier.h): the block's barriers, set up by its first mbarrier instruction
     MBars* mbar = nullptr;
     bool mbar_ready = false;    // set up for the running block (run() clears it)

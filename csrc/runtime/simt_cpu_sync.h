@@ -100,6 +100,8 @@ inline void complete(Sched& s, Fiber* lanes, uint32_t mask) {
     switch (op) {
     case Op::MmaK16Bf16: case Op::MmaK16F16: case Op::MmaK8Bf16: case Op::MmaK8F16: case Op::MmaK32E4m3:
     case Op::LdmX1: case Op::LdmX2: case Op::LdmX4: case Op::LdmX1T: case Op::LdmX2T: case Op::LdmX4T:
+    case Op::StmX1: case Op::StmX2: case Op::StmX4: case Op::StmX1T: case Op::StmX2T: case Op::StmX4T:
+    case Op::Wgmma: case Op::WgmmaFence: case Op::WgmmaCommit: case Op::WgmmaWait:
     {   // the whole warp (the wrappers' mask). What a lane brings starts with the function that completes
         // the instruction (simt_cpu_ptx.h's MatrixLane): a module that uses none compiles none of them.
         void (*fn)(Sched&, Fiber*, Op);

@@ -69,12 +69,14 @@ struct Tma {
     std::vector<uint32_t> committed;             // per thread: bulk groups committed
     std::vector<char> fenced;  // the dynamic shared memory as the async proxy may see it: at the last
                                // fence.proxy.async, or as the task began, plus what TMA loads wrote since
+    std::vector<uint8_t> landed;  // per 16 bytes of it: a TMA load wrote them in this task (simt_cpu_wgmma.h)
 };
 inline void tma_reset(Tma* t, int threads) {
     t->loads.clear();
     t->stores.assign(size_t(threads), {});
     t->committed.assign(size_t(threads), 0);
     t->fenced.clear();  // (tma_of refills it for the new block)
+    t->landed.clear();
 }
 inline void tma_free(Tma* t) { delete t; }
 void tma_land(Sched& s, Async& a, int thread, const AsyncCopy& c);  // (defined below)
@@ -86,6 +88,7 @@ void tma_done(Sched& s, Fiber* self, const char* what);
 inline void tma_task_end(Sched& s) {
     Tma& t = *s.async->tma;
     if (s.smem) t.fenced.assign(s.smem, s.smem + s.smem_bytes);
+    t.landed.assign(s.smem_bytes / 16 + 1, 0);
 }
 // The block's TMA state, set up by its first TMA instruction.
 inline Tma& tma_of(Sched& s) {
@@ -99,9 +102,12 @@ inline Tma& tma_of(Sched& s) {
         a.tma_reset = &tma_reset;
         a.tma_free = &tma_free;
         tma_reset(a.tma, s.nthreads);
-        s.async_task_end = &tma_task_end;
+        if (!s.async_task_end) s.async_task_end = &tma_task_end;  // (wgmma's calls it)
     }
-    if (a.tma->fenced.size() != s.smem_bytes) a.tma->fenced.assign(s.smem_bytes, char(s.smem_fill));  // a new block
+    if (a.tma->fenced.size() != s.smem_bytes) {  // a new block
+        a.tma->fenced.assign(s.smem_bytes, char(s.smem_fill));
+        a.tma->landed.assign(s.smem_bytes / 16 + 1, 0);
+    }
     return *a.tma;
 }
 
@@ -137,8 +143,10 @@ template <class F> inline bool for_box(const TensorMapCpu& m, const int32_t* coo
 }
 // The fence baseline follows what the async proxy writes (a load's box): those bytes need no fence.
 inline void fence_follows(Sched& s, Tma& tm, const char* p, size_t n) {
-    if (s.smem && p >= s.smem && p + n <= s.smem + s.smem_bytes && tm.fenced.size() == s.smem_bytes)
+    if (s.smem && p >= s.smem && p + n <= s.smem + s.smem_bytes && tm.fenced.size() == s.smem_bytes) {
         memcpy(tm.fenced.data() + (p - s.smem), p, n);
+        for (size_t g = size_t(p - s.smem) / 16; g * 16 < size_t(p - s.smem) + n; ++g) tm.landed[g] = 1;
+    }
 }
 
 #if MPK_SIMT_DEFINE_SLOW_PATHS
@@ -204,6 +212,13 @@ MPK_SIMT_SLOW void tma_load(const char* form, uint32_t rank, void* dst, const Te
     live_mbar(s, mbars_of(s), bar, form, file, line);
     Tma& tm = tma_of(s);
     Async& a = *s.async;
+    if (a.wgmma_reading) {
+        const std::string r = a.wgmma_reading(s, d, bytes);
+        if (!r.empty())
+            fail(s, std::string(form) + " at " + site(file, line) + " by " + thread_name(s.cur) + ": the destination [" +
+                        ptr_text(d) + ", " + ptr_text(d + bytes) + ") is read by " + r +
+                        ", not yet retired: a stage may be refilled only after the wgmma.wait_group that covers its wgmma");
+    }
     tm.loads.push_back(BulkCopy{*map, {coord[0], coord[1], coord[2]}, reinterpret_cast<char*>(bar), form});
     memset(dst, kInFlight, bytes);
     set_flags(s, a, d, bytes, 1);
