@@ -180,7 +180,8 @@ MPK_SIMT_SLOW void wg_operand(Sched& s, Tma& tm, const std::string& where, const
                     "-byte swizzle (at byte " + std::to_string(d.start % (8 * w)) + " of the pattern's " +
                     std::to_string(8 * w) + "-byte repeat, past its first row): align the tile to " +
                     std::to_string(8 * w) + " bytes");
-    auto one = [&](uint32_t i, uint32_t j) {
+    const size_t first = at.size();
+    auto place = [&](uint32_t i, uint32_t j) {  // every granule inside the shared memory, before what they hold
         const uint64_t off = uint64_t(d.start) + wg_granule(d, mn_major, i, j);
         const char* p = reinterpret_cast<const char*>(tma_swizzled(uintptr_t(s.smem) + off, w ? (w == 32 ? 1 : w == 64 ? 2 : 3) : 0));
         if (p < s.smem || p + 16 > s.smem + s.smem_bytes)
@@ -190,12 +191,22 @@ MPK_SIMT_SLOW void wg_operand(Sched& s, Tma& tm, const std::string& where, const
                                                            : "K-major, row " + std::to_string(i) + ", k " +
                                                                  std::to_string(8 * j) + ".." + std::to_string(8 * j + 7)) +
                         "), outside the block's " + std::to_string(s.smem_bytes) + " bytes of dynamic shared memory");
+        at.push_back(p);
+    };
+    if (mn_major)
+        for (uint32_t mc = row0 / 8; mc < (row0 + rows) / 8; ++mc)
+            for (uint32_t k = 0; k < 16; ++k) place(mc, k);
+    else
+        for (uint32_t r = row0; r < row0 + rows; ++r)
+            for (uint32_t kc = 0; kc < 2; ++kc) place(r, kc);
+    static const char kPoison[16] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    for (size_t g = first; g < at.size(); ++g) {
+        const char* p = at[g];
         int thread = -1;
         if (const AsyncCopy* c = in_flight(s, p, 16, &thread))
             fail(s, where + " reads bytes of " + role + " that " + copy_text(*c, thread) + " will still write: " +
                         (c->group == kBulk ? "its mbarrier has not been waited on (mbarrier.try_wait.parity)"
                                            : "its group has not been waited for (cp.async.wait_group)"));
-        static const char kPoison[16] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
         const size_t at16 = size_t(p - s.smem) / 16;  // (p is 16-byte aligned: the start and the offsets are)
         if (s.smem_fill == 0xFF && memcmp(p, kPoison, 16) == 0 && !tm.landed[at16])
             fail(s, where + " reads shared memory [" + std::to_string(p - s.smem) + ", " + std::to_string(p - s.smem + 16) +
@@ -210,14 +221,7 @@ MPK_SIMT_SLOW void wg_operand(Sched& s, Tma& tm, const std::string& where, const
                         "), written through the generic proxy after the last fence.proxy.async: wgmma reads through "
                         "the async proxy (fence.proxy.async.shared::cta after the writes, before the wgmma)");
         }
-        at.push_back(p);
-    };
-    if (mn_major)
-        for (uint32_t mc = row0 / 8; mc < (row0 + rows) / 8; ++mc)
-            for (uint32_t k = 0; k < 16; ++k) one(mc, k);
-    else
-        for (uint32_t r = row0; r < row0 + rows; ++r)
-            for (uint32_t kc = 0; kc < 2; ++kc) one(r, kc);
+    }
 }
 // Element (r, k) of an operand whose granules start at at[first] (rows as wg_operand took them, from 0).
 inline float wg_element(const WgOp& o, size_t first, bool mn_major, uint32_t r, uint32_t k) {
@@ -245,6 +249,15 @@ MPK_SIMT_SLOW void wg_issue(Sched& s, Wgmma& wg, Fiber* lanes, int warp, const s
     o.group = kOpen;
     o.chained = false;
     for (int l = 0; l < 32; ++l) o.d[l] = wg_lane(lanes, l).d;
+    const size_t regs = size_t(x.n / 2);
+    for (const WgOp& p : me.ops) {  // the registers of an op in flight: the same shape, chained
+        const bool overlap = o.d[0] < p.d[0] + p.n / 2 && p.d[0] < o.d[0] + regs;
+        if (!overlap) continue;
+        if (p.d[0] != o.d[0] || p.n != o.n)
+            fail(s, where + ": its accumulators overlap those of " + op_text(p, warp) +
+                        ", still in flight with another shape (chaining without a wait needs the same registers and shape)");
+        o.chained = true;
+    }
     const uint32_t w = uint32_t(warp % 4);
     if (!(x.flags & kWgRegA)) wg_operand(s, tm, where, "A", x.desc_a, x.flags & kWgTransA, 16 * w, 16, o.at);
     wg_operand(s, tm, where, "B", x.desc_b, x.flags & kWgTransB, 0, uint32_t(x.n), o.at);
@@ -255,15 +268,6 @@ MPK_SIMT_SLOW void wg_issue(Sched& s, Wgmma& wg, Fiber* lanes, int warp, const s
             o.a[l] = wg_lane(lanes, l).a;
             memcpy(o.regs[l], o.a[l], sizeof o.regs[l]);
         }
-    const size_t regs = size_t(x.n / 2);
-    for (const WgOp& p : me.ops) {  // the registers of an op in flight: the same shape, chained
-        const bool overlap = o.d[0] < p.d[0] + p.n / 2 && p.d[0] < o.d[0] + regs;
-        if (!overlap) continue;
-        if (p.d[0] != o.d[0] || p.n != o.n)
-            fail(s, where + ": its accumulators overlap those of " + op_text(p, warp) +
-                        ", still in flight with another shape (chaining without a wait needs the same registers and shape)");
-        o.chained = true;
-    }
     o.acc.assign(size_t(16) * size_t(x.n), 0.0f);
     for (int l = 0; l < 32; ++l) {
         float* d = o.d[l];

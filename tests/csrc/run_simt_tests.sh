@@ -8,8 +8,8 @@
 # fail); refuse checks that a task kernel reading blockIdx / gridDim does not compile with g++
 # (tests/csrc/refuse_blockidx.cu; nvcc: tests/unit/test_nvcc.py).
 # ptx builds and runs tests/csrc/test_ptx.cpp (runtime/ptx.h: mma.sync, ldmatrix, cp.async) and
-# tests/csrc/test_mbarrier.cpp (mbarrier) and test_tma.cpp (cp.async.bulk.tensor with tensor maps) plain,
-# under ThreadSanitizer and under AddressSanitizer+UBSan.
+# tests/csrc/test_mbarrier.cpp (mbarrier), test_tma.cpp (cp.async.bulk.tensor with tensor maps) and
+# test_wgmma.cpp (wgmma, stmatrix) plain, under ThreadSanitizer and under AddressSanitizer+UBSan.
 # Usage: tests/csrc/run_simt_tests.sh [plain|ucontext|thread|address|refuse|ptx|aarch64 ...]   (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -49,7 +49,7 @@ for mode in "${@:-plain ucontext thread address refuse ptx aarch64}"; do
         qemu-aarch64 -L /usr/aarch64-linux-gnu "$out/test_simt_aarch64"
         continue ;;
       ptx)
-        for t in test_ptx test_mbarrier test_tma; do
+        for t in test_ptx test_mbarrier test_tma test_wgmma; do
           ptx=(g++ -std=c++17 -O2 -pthread -Wall -Wextra -Werror -Icsrc "tests/csrc/$t.cpp")
           echo "== ptx: ${ptx[*]}"
           "${ptx[@]}" -o "$out/$t" && "$out/$t"

@@ -8,7 +8,7 @@ missing barrier must be a TSan report, its fixed kernel clean) and under ASan+UB
 shared/global overflows must be ASan reports); plain also runs the static __shared__ poison's negative
 control, and refuse checks that a task kernel reading blockIdx / gridDim does not compile; ptx runs
 the tensor-core and cp.async test (tests/csrc/test_ptx.cpp), the mbarrier test (test_mbarrier.cpp) and the
-TMA test (test_tma.cpp) plain, under TSan and under ASan+UBSan.
+TMA test (test_tma.cpp) and the wgmma test (test_wgmma.cpp) plain, under TSan and under ASan+UBSan.
 """
 import os
 import subprocess
@@ -44,10 +44,11 @@ def test_cpu_kernels():
 @pytest.mark.parametrize("mode", ["plain", "ucontext", "thread", "address", "refuse", "ptx"])
 def test_simt_emulation(mode):
     out = _run("run_simt_tests.sh", mode)
-    if mode == "ptx":      # test_ptx.cpp, test_mbarrier.cpp, test_tma.cpp: plain, TSan, ASan+UBSan
+    if mode == "ptx":      # test_ptx.cpp, test_mbarrier.cpp, test_tma.cpp, test_wgmma.cpp: plain, TSan, ASan+UBSan
         assert out.count("All ptx tests passed: 0 failure(s)") == 3
         assert out.count("All mbarrier tests passed: 0 failure(s)") == 3
         assert out.count("All tma tests passed: 0 failure(s)") == 3
+        assert out.count("All wgmma tests passed: 0 failure(s)") == 3
         assert "WARNING: ThreadSanitizer" not in out and "ERROR: AddressSanitizer" not in out
         assert "runtime error:" not in out
         return
