@@ -14,6 +14,7 @@ per-kernel budgets read the every-variant build that test_launch_plan.py reads t
 Skips, saying so, where nvcc is absent. Run: pytest tests/unit/test_nvcc.py -s
 """
 import os
+import re
 import shutil
 import subprocess
 
@@ -206,14 +207,48 @@ SM90 = ["mbarrier.arrive.expect_tx.shared::cta.b64", "mbarrier.expect_tx.relaxed
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes",
         "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group",
         "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group",
-        "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read", "fence.proxy.async.shared::cta"]
+        "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read", "fence.proxy.async.shared::cta",
+        # runtime/ptx_wgmma.h's stmatrix (sm_90 and newer)
+        *(f"stmatrix.sync.aligned.m8n8.x{k}{t}.shared.b16" for k in (1, 2, 4) for t in ("", ".trans"))]
+# runtime/ptx_wgmma.h's wgmma: sm_90a only (sm_100a has no wgmma). ptx_probe.cu's ptx_wgmma_probe issues
+# each N of WGMMA_N with A from shared memory (SS) and from registers (RS), bf16 and f16.
+WGMMA_N = [8, 16, 64, 128, 200, 256]
+WGMMA_TYPES = ["bf16.bf16", "f16.f16"]
+SM90A = ["wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 0;",
+         "wgmma.wait_group.sync.aligned 1;",
+         *(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}" for n in WGMMA_N for t in WGMMA_TYPES)]
+# One mma_async as the PTX ISA orders its operands: {d...}, then SS: a-desc, b-desc, scale-d, imm-scale-a,
+# imm-scale-b, imm-trans-a, imm-trans-b; RS: {a0, a1, a2, a3}, b-desc, scale-d, imm-scale-a, imm-scale-b,
+# imm-trans-b (scale-d the predicate the wrapper sets from its int)
+WGMMA_ASM = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.(\w+\.\w+)\s+\{([^}]*)\},\s*"
+                       r"(?:(%rd\d+)|\{(%r\d+),\s*(%r\d+),\s*(%r\d+),\s*(%r\d+)\}),\s*%rd\d+,\s*p,\s*"
+                       r"(-?1),\s*(-?1),\s*(?:([01]),\s*)?([01]);")
+
+
+def wgmma_forms(text: str) -> dict[tuple[int, str, str], set[tuple[str, ...]]]:
+    """(N, types, "SS" or "RS") -> the immediates (scale-a, scale-b[, trans-a], trans-b) of each mma_async
+    in the PTX, each checked: N / 2 distinct f32 accumulator registers, the operands in the ISA's order."""
+    total = text.count("wgmma.mma_async")
+    forms: dict[tuple[int, str, str], set[tuple[str, ...]]] = {}
+    matched = 0
+    for m in WGMMA_ASM.finditer(text):
+        n, types, d, desc_a, trans_a = int(m[1]), m[2], m[3].split(","), m[4], m[11]
+        assert len(d) == n // 2 and len(set(d)) == n // 2 and all(r.strip().startswith("%f") for r in d), \
+            (n, types, len(d))
+        assert (trans_a is None) == (desc_a is None), m[0][-80:]    # trans-a with a descriptor A only
+        imms = (m[9], m[10]) + ((trans_a,) if desc_a else ()) + (m[12],)
+        forms.setdefault((n, types, "SS" if desc_a else "RS"), set()).add(imms)
+        matched += 1
+    assert matched == total, f"{total - matched} of {total} mma_async not in the ISA's operand order"
+    return forms
 
 
 @pytest.mark.parametrize("arch", every_variant.ARCHS)
 def test_ptx_wrappers_are_the_instructions(tmp_path, arch):
     """Under nvcc each wrapper of runtime/ptx.h is its inline asm and nothing more: every form appears in
-    the PTX of a kernel that calls them all (e4m3 from sm_89; mbarrier's tx and try_wait forms and TMA
-    from sm_90), which ptxas builds without spills."""
+    the PTX of the kernels that call them all (e4m3 from sm_89; mbarrier's tx and try_wait forms, TMA
+    and stmatrix from sm_90; wgmma on sm_90a alone, each mma_async with its N / 2 accumulators and its
+    operands in the ISA's order), which ptxas builds without spills."""
     if arch not in every_variant.supported_archs():
         pytest.skip(f"this nvcc cannot build {arch}")
     src = str(tmp_path / "ptx_probe.cu")       # nvcc_ptxas writes its fatbin beside the source
@@ -222,10 +257,28 @@ def test_ptx_wrappers_are_the_instructions(tmp_path, arch):
     subprocess.run([NVCC, "-std=c++17", "-ptx", f"-arch={arch}", "-I", build.csrc_dir(), src, "-o",
                     str(ptx)], check=True, timeout=300)
     text = ptx.read_text()
-    forms = PTX_FORMS + ([E4M3] if arch != "sm_80" else []) + (SM90 if arch != "sm_80" else [])
+    forms = (PTX_FORMS + ([E4M3] if arch != "sm_80" else []) + (SM90 if arch != "sm_80" else [])
+             + (SM90A if arch == "sm_90a" else []))
     missing = [f for f in forms if f not in text]
     assert missing == [], f"{arch}: not in the PTX: {missing}"
-    report = every_variant.ptxas_report(every_variant.nvcc_ptxas(src, arch, []))["ptx_probe"]
-    print(f"NVCC {arch} ptx_probe: {len(forms)} forms in the PTX, {report['registers']} registers, "
-          f"{report['spill_stores']}/{report['spill_loads']} B spills")
-    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
+    wgmma = wgmma_forms(text)
+    if arch == "sm_90a":
+        want = {(n, t, k) for n in WGMMA_N for t in WGMMA_TYPES for k in ("SS", "RS")}
+        assert set(wgmma) == want, f"mma_async forms missing {want - set(wgmma)}, extra {set(wgmma) - want}"
+        imms = set().union(*wgmma.values())
+        # the defaults, and the probe's negated and MN-major operands (ptx_probe.cu's wgmma_scales)
+        for i in [("1", "1", "0", "0"), ("1", "1", "0"), ("-1", "1", "1", "1"), ("1", "-1", "1", "0"),
+                  ("-1", "-1", "1"), ("1", "-1", "0")]:
+            assert i in imms, (i, imms)
+        print(f"NVCC {arch} wgmma: {text.count('wgmma.mma_async')} mma_async in {len(wgmma)} forms, "
+              f"N = 256 with {len(re.search(r'm64n256k16[^{]*{([^}]*)}', text)[1].split(','))} accumulators, "
+              f"immediates {sorted(imms)}")
+    else:
+        assert "wgmma." not in text, f"{arch}: wgmma in the PTX (it exists on sm_90a only)"
+    report = every_variant.ptxas_report(every_variant.nvcc_ptxas(src, arch, []))
+    assert set(report) == {"ptx_probe", "ptx_wgmma_probe"}, sorted(report)
+    print(f"NVCC {arch} ptx_probe.cu: {len(forms)} forms in the PTX")
+    for kernel, r in sorted(report.items()):
+        print(f"NVCC {arch} {kernel}: {r['registers']} registers, {r['stack']} B stack, "
+              f"{r['spill_stores']}/{r['spill_loads']} B spills")
+        assert r["spill_stores"] == 0 and r["spill_loads"] == 0, (kernel, r)
