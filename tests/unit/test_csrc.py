@@ -44,7 +44,7 @@ def test_cpu_kernels():
 @pytest.mark.parametrize("mode", ["plain", "ucontext", "thread", "address", "refuse", "ptx"])
 def test_simt_emulation(mode):
     out = _run("run_simt_tests.sh", mode)
-    if mode == "ptx":      # test_ptx.cpp, test_mbarrier.cpp, test_tma.cpp, test_wgmma.cpp: plain, TSan, ASan+UBSan
+    if mode == "ptx":  # test_ptx, test_mbarrier, test_tma, test_wgmma (.cpp): plain, TSan, ASan+UBSan
         assert out.count("All ptx tests passed: 0 failure(s)") == 3
         assert out.count("All mbarrier tests passed: 0 failure(s)") == 3
         assert out.count("All tma tests passed: 0 failure(s)") == 3
