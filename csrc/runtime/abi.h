@@ -5,7 +5,7 @@
 #pragma once
 #include <stdint.h>
 
-#define MPK_ABI_VERSION 11
+#define MPK_ABI_VERSION 12
 #define MPK_MAX_DIMS 4
 #define MPK_MAX_TILES 12     // inputs + outputs of one task (paged attention with its options: 11)
 #define MPK_MAX_TRIGGERS 8   // docs/dependencies.md: more than this and the graph builder coarsens
@@ -75,6 +75,10 @@ typedef struct {
     int64_t offset;                   // bytes from the tensor's base pointer
     int64_t dims[MPK_MAX_DIMS];       // tile extent, elements; unused dims are 1
     int64_t strides[MPK_MAX_DIMS];    // elements; unused dims are 0
+    // A tensor map of the tile for TMA (runtime/tile_maps.h; the kernel's TaskView::tma): a 2-D tile of
+    // tma_elem_bytes elements read in boxes of tma_rows x tma_cols with a tma_swizzle-byte swizzle (0, 32,
+    // 64, 128). tma_rows 0: none.
+    int32_t tma_rows, tma_cols, tma_swizzle, tma_elem_bytes;
 } MpkTile;
 
 // One task. tasks[0] is TERMINATE; tasks[1..num_tasks-1] are layer tasks in

@@ -22,10 +22,12 @@
 #endif
 #include <string.h>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 #include "runtime.h"
+#include "tile_maps.h"
 #include "validate.h"
 #if defined(__CUDACC__)
 #include "entry_cuda.h"
@@ -122,6 +124,8 @@ MPK_EXPORT void* mpk_init(const MpkConfig* cfg, const MpkTask* tasks, const MpkE
     return mpk::init_handle<mpk::host::Kernel>(cfg, tasks, events, tensor_ptrs, meta, err, err_len,
                                                [&](mpk::host::Kernel& k, mpk::Peers& peers) -> std::string {
         k.tensors.assign(tensor_ptrs, tensor_ptrs + cfg->num_tensors);
+        const std::string maps = mpk::build_tile_maps(tasks, cfg->num_tasks, tensor_ptrs, k.tile_maps);
+        if (!maps.empty()) return maps;
         k.st.meta = *meta;
         k.peer_tensors = std::move(peers.tensors);
         k.peer_signals = std::move(peers.signals);
@@ -227,6 +231,9 @@ MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* cons
         for (int32_t i = 0; i < MPK_MAX_TILES; ++i)
             v.ptrs[i] = i < t.num_inputs + t.num_outputs ? static_cast<char*>(bases[t.tiles[i].tensor]) + t.tiles[i].offset
                                                           : nullptr;
+        std::vector<mpk::ptx::TensorMap> maps(MPK_MAX_TILES);  // this run's tensor maps, over its bases
+        const std::string why = mpk::task_tile_maps(t, pos, bases, maps.data(), v.tma_maps);
+        if (!why.empty()) throw std::invalid_argument("mpk_run_task: " + why);
         v.iteration = 1;
         v.rank = k.cfg.mpi_rank;
         v.world_size = k.cfg.world_size;
@@ -261,6 +268,9 @@ MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* cons
 #ifdef MPK_FAULT_INJECTION
         if (status == MPK_OK) MPK_INJECT_FAULT(v, fault, k.cfg.fault_element, k.cfg.fault_amount);
 #endif
+    } catch (const std::invalid_argument& e) {  // (a tensor map this run's tensors cannot have)
+        k.message = e.what();
+        status = MPK_INVALID;
     } catch (const std::exception& e) {
         k.message = "task " + std::to_string(pos) + " failed: " + e.what();
         status = MPK_INTERNAL;
@@ -373,6 +383,13 @@ MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* cons
     for (int32_t i = 0; i < MPK_MAX_TILES; ++i)
         v.ptrs[i] = i < t.num_inputs + t.num_outputs ? static_cast<char*>(bases[size_t(t.tiles[i].tensor)]) + t.tiles[i].offset
                                                       : nullptr;
+    mpk::ptx::TensorMap maps[MPK_MAX_TILES];  // this run's tensor maps over its bases, copied to the device
+    const void* at[MPK_MAX_TILES];
+    const std::string why = mpk::task_tile_maps(t, pos, bases.data(), maps, at);
+    if (!why.empty()) {
+        k.message = "mpk_run_task: " + why;
+        return MPK_INVALID;
+    }
     v.iteration = 1;
     v.rank = k.cfg.mpi_rank;
     v.world_size = k.cfg.world_size;
@@ -389,6 +406,10 @@ MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* cons
               MPK_CUDA_CHECK(k, cudaMalloc(&d_failure, sizeof(failure))) &&
               MPK_CUDA_CHECK(k, cudaMemcpy(d_failure, &failure, sizeof(failure), cudaMemcpyHostToDevice));
     v.failure = d_failure;
+    mpk::ptx::TensorMap* d_maps = nullptr;
+    ok = ok && MPK_CUDA_CHECK(k, cudaMalloc(&d_maps, sizeof maps)) &&
+         MPK_CUDA_CHECK(k, cudaMemcpy(d_maps, maps, sizeof maps, cudaMemcpyHostToDevice));
+    for (int32_t i = 0; i < MPK_MAX_TILES; ++i) v.tma_maps[i] = at[i] && d_maps ? d_maps + i : nullptr;
     ok = ok && MPK_CUDA_CHECK(k, cudaMemcpy(d_view, &v, sizeof(v), cudaMemcpyHostToDevice)) &&
               MPK_CUDA_CHECK(k, cudaFuncSetAttribute(mpk_execute_one, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      k.cfg.smem_bytes));
@@ -401,6 +422,7 @@ MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* cons
     if (d_view) cudaFree(d_view);
     if (d_status) cudaFree(d_status);
     if (d_failure) cudaFree(d_failure);
+    if (d_maps) cudaFree(d_maps);
     if (!ok) {
         k.message = "task " + std::to_string(pos) + " failed: " + k.message;
         return MPK_INTERNAL;

@@ -126,6 +126,7 @@ struct State {
     const MpkTask* tasks;         // [num_tasks]
     const MpkEvent* events;       // [num_events]
     void* const* tensors;         // [num_tensors]
+    const void* const* tile_maps; // [num_tasks * MPK_MAX_TILES]: each tile's tensor map (tile_maps.h), or null
     MpkMeta meta;
     void* const* peer_tensors;    // [world_size * num_tensors] or null
     int64_t* const* peer_signals; // [world_size] or null
@@ -681,9 +682,11 @@ MPK_DEVICE inline void fill_view(State& st, int32_t w, int32_t pos, int64_t iter
     c.worker = w;
     v.task = &t;
     v.meta = &st.meta;
-    for (int32_t i = 0; i < MPK_MAX_TILES; ++i)
+    for (int32_t i = 0; i < MPK_MAX_TILES; ++i) {
         v.ptrs[i] = i < t.num_inputs + t.num_outputs ? static_cast<char*>(st.tensors[t.tiles[i].tensor]) + t.tiles[i].offset
                                                       : nullptr;
+        v.tma_maps[i] = st.tile_maps ? st.tile_maps[int64_t(pos) * MPK_MAX_TILES + i] : nullptr;
+    }
     v.iteration = st.iteration_base + iteration;
     v.rank = st.cfg.mpi_rank;
     v.world_size = st.cfg.world_size;

@@ -28,6 +28,7 @@
 #include "abi.h"
 #include "executor.cuh"
 #include "guard.h"
+#include "tile_maps.h"
 
 namespace mpk {
 namespace host {
@@ -42,6 +43,8 @@ struct Kernel {
     std::vector<MpkTask> tasks;
     std::vector<MpkEvent> events;
     std::vector<void*> tensors;
+    TileMaps tile_maps;                  // the tiles' tensor maps (tile_maps.h), over `tensors`
+    std::vector<const void*> tile_map_at;  // [num_tasks * MPK_MAX_TILES]: into tile_maps, or null; empty: none
     std::vector<void*> peer_tensors;     // [world_size * num_tensors], or empty
     std::vector<int64_t*> peer_signals;  // [world_size], or empty
     std::vector<int32_t> first_tasks, event_waiters;
@@ -120,6 +123,9 @@ inline void allocate(Kernel& k) {
     st.tasks = k.tasks.data();
     st.events = k.events.data();
     st.tensors = k.tensors.data();
+    k.tile_map_at.clear();
+    for (const int32_t i : k.tile_maps.slot) k.tile_map_at.push_back(i < 0 ? nullptr : &k.tile_maps.maps[size_t(i)]);
+    st.tile_maps = k.tile_map_at.empty() ? nullptr : k.tile_map_at.data();
     st.peer_tensors = k.peer_tensors.empty() ? nullptr : k.peer_tensors.data();
     st.peer_signals = k.peer_signals.empty() ? nullptr : k.peer_signals.data();
     st.first_tasks = k.first_tasks.data();

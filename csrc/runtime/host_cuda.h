@@ -29,6 +29,7 @@
 #include <vector>
 #include "abi.h"
 #include "executor.cuh"
+#include "tile_maps.h"
 #include "launch_plan.h"
 
 namespace mpk {
@@ -132,6 +133,21 @@ inline bool setup(Kernel& k, void* const* tensors, const MpkMeta& meta, const st
     st.events = device_copy(k, k.events.data(), k.events.size(), &ok);
     k.tensors_host.assign(tensors, tensors + c.num_tensors);
     st.tensors = device_copy(k, tensors, size_t(c.num_tensors), &ok);
+    {   // the tiles' tensor maps (tile_maps.h), encoded here over the device tensors, kept in device memory
+        TileMaps maps;
+        const std::string why = build_tile_maps(k.tasks.data(), c.num_tasks, tensors, maps);
+        if (!why.empty()) {
+            k.message = why;
+            return false;
+        }
+        if (!maps.maps.empty()) {
+            const ptx::TensorMap* d_maps = device_copy(k, maps.maps.data(), maps.maps.size(), &ok);
+            std::vector<const void*> at(maps.slot.size(), nullptr);
+            for (size_t i = 0; i < at.size() && d_maps; ++i)
+                if (maps.slot[i] >= 0) at[i] = d_maps + maps.slot[i];
+            st.tile_maps = device_copy(k, at.data(), at.size(), &ok);
+        }
+    }
     st.peer_tensors = peer_tensors.empty() ? nullptr : device_copy(k, peer_tensors.data(), peer_tensors.size(), &ok);
     st.peer_signals = peer_signals.empty() ? nullptr : device_copy(k, peer_signals.data(), peer_signals.size(), &ok);
     st.first_tasks = device_copy(k, k.first_tasks.data(), k.first_tasks.size(), &ok);

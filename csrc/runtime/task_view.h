@@ -24,6 +24,7 @@ struct TaskView {
     const MpkTask* task;
     void* ptrs[MPK_MAX_TILES];  // base(tile.tensor) + tile.offset, inputs then outputs
     const MpkMeta* meta;        // meta tensors, for layers that read them
+    const void* tma_maps[MPK_MAX_TILES] = {};  // each slot's tensor map (runtime/tile_maps.h), null: none
 
     // ---- multi-rank (docs/runtime.md); single-rank layers ignore these
     int64_t iteration = 0;      // graph passes of this handle, this one included: from 1, across launches
@@ -61,6 +62,8 @@ struct TaskView {
     }
     MPK_HOST_DEVICE const MpkTile& in_tile(int i) const { return task->tiles[i]; }
     MPK_HOST_DEVICE const MpkTile& out_tile(int j) const { return task->tiles[task->num_inputs + j]; }
+    // Slot i's tensor map, for TMA (M: mpk::ptx::TensorMap); null unless its layer asked for one (Access.tma).
+    template <typename M> MPK_HOST_DEVICE const M* tma(int i) const { return static_cast<const M*>(tma_maps[i]); }
     MPK_HOST_DEVICE int64_t iparam(int k) const { return task->iparams[k]; }
     MPK_HOST_DEVICE double fparam(int k) const { return task->fparams[k]; }
     // Output j's tile in rank `peer`'s copy of its (symmetric) tensor; nullptr if not symmetric.

@@ -45,6 +45,7 @@
 #include <type_traits>
 #include "common.cuh"
 #include "mma_linear.cuh"
+#include "wgmma_linear.cuh"
 
 namespace mpk {
 
@@ -57,6 +58,8 @@ constexpr int RED_FLOATS = 32 * RED_STRIDE;   // per warp: up to 32 outputs x 32
 // Shared memory per warp on either path (a fused kernel keeps its own data after warps x this).
 constexpr size_t SMEM_PER_WARP = RED_FLOATS * sizeof(float);
 static_assert(mma_linear_detail::WARP_BYTES <= SMEM_PER_WARP, "the tensor-core path fits the SIMT path's need");
+static_assert(wgmma_linear_detail::SMEM_BYTES <= wgmma_linear_detail::THREADS / 32 * SMEM_PER_WARP,
+              "the Hopper path fits the SIMT path's need at its 256 threads");
 
 // How x's elements become the GEMM's fp32 operand, by row b and column k of x's tile: PlainX reads
 // them; a fused variant computes them (silu_mul_linear_with_residual.cuh from two elements,
@@ -208,19 +211,27 @@ MPK_DEVICE void linear_rows(int64_t rows, int64_t k_len, const T* w, const Tile2
         all_rows<T, false>(rows, k_len, w, wt, residual, rt, red, xs, st);
 }
 
-// The kernel of linear_task and linear_with_residual_task. Every thread of the block calls it.
+// The kernel of linear_task and linear_with_residual_task. Every thread of the block calls it. path: the
+// layer's tensor_cores (mirage/mpk/layers/linear.py): 0 SIMT, 1 mma.sync (mma_linear.cuh), 2 TMA + wgmma
+// (wgmma_linear.cuh, through the tensor maps of x's and W's tiles).
 template <typename T>
-MPK_DEVICE void linear_tile(const TaskView& v, const T* residual, const Tile2D& rt, bool tensor_cores) {
+MPK_DEVICE void linear_tile(const TaskView& v, const T* residual, const Tile2D& rt, int path) {
     const Tile2D xt = tile2d(v.in_tile(0)), wt = tile2d(v.in_tile(1)), yt = tile2d(v.out_tile(0));
     const T* x = v.in<const T>(0);
+    if constexpr (sizeof(T) == 2) {
+        if (path == 2) {
+            wgmma_linear_rows<T>(v, yt.rows, xt.cols, wt.rows, residual, rt, linear_detail::Store<T>{v.out<T>(0), yt});
+            return;
+        }
+    }
     linear_rows<T>(yt.rows, xt.cols, v.in<const T>(1), wt, residual, rt, linear_detail::PlainX<T>{x, xt},
-                   linear_detail::rows_aligned16(x, xt), linear_detail::Store<T>{v.out<T>(0), yt}, tensor_cores);
+                   linear_detail::rows_aligned16(x, xt), linear_detail::Store<T>{v.out<T>(0), yt}, path != 0);
 }
 
 // ---- dispatch
-// iparam(0) != 0: the tensor-core path (the layer's tensor_cores, mirage/mpk/layers/linear.py).
+// iparam(0): the path (linear_tile).
 template <typename T> MPK_DEVICE void linear_task(const TaskView& v) {
-    linear_tile<T>(v, nullptr, Tile2D{}, v.iparam(0) != 0);
+    linear_tile<T>(v, nullptr, Tile2D{}, int(v.iparam(0)));
 }
 
 }  // namespace mpk

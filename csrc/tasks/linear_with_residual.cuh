@@ -16,7 +16,7 @@ namespace mpk {
 // ---- dispatch
 template <typename T> MPK_DEVICE void linear_with_residual_task(const TaskView& v) {
     const bool add_residual = v.iparam(0) != 0;
-    linear_tile<T>(v, add_residual ? v.in<const T>(2) : nullptr, tile2d(v.in_tile(2)), v.iparam(1) != 0);
+    linear_tile<T>(v, add_residual ? v.in<const T>(2) : nullptr, tile2d(v.in_tile(2)), int(v.iparam(1)));
 }
 
 }  // namespace mpk

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ctypes as C
 
-ABI_VERSION = 11
+ABI_VERSION = 12
 MAX_DIMS, MAX_TILES, MAX_TRIGGERS, NUM_IPARAMS, NUM_FPARAMS = 4, 12, 8, 4, 2
 TASK_TERMINATE, TASK_END_OF_TASK_GRAPH, TASK_FIRST_LAYER = 0, 1, 100
 EVENT_TYPES = {"termination": 0, "launch": 1, "end_of_task_graph": 2}
@@ -18,7 +18,9 @@ PEER_DATA, PEER_CONSUMED = 1, 2
 
 class MpkTile(C.Structure):
     _fields_ = [("tensor", C.c_int32), ("ndim", C.c_int32), ("offset", C.c_int64),
-                ("dims", C.c_int64 * MAX_DIMS), ("strides", C.c_int64 * MAX_DIMS)]
+                ("dims", C.c_int64 * MAX_DIMS), ("strides", C.c_int64 * MAX_DIMS),
+                ("tma_rows", C.c_int32), ("tma_cols", C.c_int32), ("tma_swizzle", C.c_int32),
+                ("tma_elem_bytes", C.c_int32)]
 
 
 class MpkTask(C.Structure):

@@ -45,11 +45,13 @@ class TaskTable:
         rows["iparams"][:, :len(first.iparams)] = iparams
         rows["num_triggers"] = np.fromiter((len(t.triggers) for t in tasks), np.int32, len(tasks))
         rows["trigger_events"] = [(t.triggers + PAD)[:abi.MAX_TRIGGERS] for t in tasks]
+        accesses = layer.inputs + layer.outputs
         for k, slot in enumerate(zip(*(t.inputs + t.outputs for t in tasks))):
-            self._fill_tiles(rows["tiles"][:, k], slot)
+            self._fill_tiles(rows["tiles"][:, k], slot, accesses[k].tma if k < len(accesses) else None)
 
-    def _fill_tiles(self, column: np.ndarray, tiles: tuple) -> None:
-        """One tile slot of a layer: tensor ids, then dims, strides and byte offsets from the boxes."""
+    def _fill_tiles(self, column: np.ndarray, tiles: tuple, tma: tuple[int, int, int] | None) -> None:
+        """One tile slot of a layer: tensor ids, then dims, strides and byte offsets from the boxes, and the
+        slot's tensor-map request (Access.tma)."""
         ids = np.fromiter((x.tensor.id for x in tiles), np.int32, len(tiles))
         # a fused view's tiles resolve to different source tensors: look each tensor up once
         unique, first, which = np.unique(ids, return_index=True, return_inverse=True)
@@ -63,6 +65,9 @@ class TaskTable:
         column["tensor"], column["ndim"], column["dims"][:, ndim:] = ids, ndim, 1
         column["dims"][:, :ndim], column["strides"][:, :ndim] = boxes[:, 1] - boxes[:, 0], strides
         column["offset"] = (boxes[:, 0] * strides).sum(axis=1) * itemsize
+        if tma is not None:
+            column["tma_rows"], column["tma_cols"], column["tma_swizzle"] = tma
+            column["tma_elem_bytes"] = itemsize
 
 
 def of(graph: Graph, variants) -> TaskTable:

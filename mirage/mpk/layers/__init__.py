@@ -43,6 +43,9 @@ class Access:
     pmap: tuple[int, int, int] = (NOT_SPLIT, NOT_SPLIT, NOT_SPLIT)
     written: bool = True      # outputs only: False for dummy outputs a task never touches
     shared: str | None = None  # outputs only: BY_REQUEST, ACCUMULATE, or None (every grid axis > 1 splits it)
+    # A tensor map of each task's 2-D tile for TMA (csrc/runtime/tile_maps.h): (box rows, box columns,
+    # swizzle bytes 0 / 32 / 64 / 128), or None. The kernel reads it as TaskView::tma(slot).
+    tma: tuple[int, int, int] | None = None
 
 
 @dataclass

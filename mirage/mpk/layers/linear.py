@@ -5,7 +5,7 @@ input [B, K], weight [N, K] -> output [B, N]. Kernel: csrc/tasks/linear.cuh.
 from __future__ import annotations
 
 from ..dtypes import FLOATS, bfloat16, float16, to_dtype
-from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor, storage
+from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor, dim3, storage
 
 TASK_TYPE = 120          # MPK's TASK_LINEAR
 # Tensor parallelism, how the layer is split across ranks (mirage.mpk.testing.TP_KINDS): column-parallel, as
@@ -28,9 +28,38 @@ def uses_tensor_cores(dtype, rows: int) -> bool:
     return to_dtype(dtype) in (bfloat16, float16) and rows >= TENSOR_CORE_MIN_ROWS
 
 
-def tensor_cores(x) -> int:
-    """The layer's tensor_cores iparam for its input x (checked, [B, K]): 1 or 0."""
+def mma_tensor_cores(x) -> int:
+    """The tensor_cores iparam of a layer that takes linear's mma.sync path but not its Hopper one (x
+    computed by the kernel, or accumulated: rmsnorm_linear, silu_mul_linear_with_residual, splitk_linear),
+    for its input x (checked, [B, K]): 1 or 0."""
     return int(uses_tensor_cores(x.dtype, x.dims[0]))
+
+
+# The Hopper path (csrc/tasks/wgmma_linear.cuh: TMA into a ring of stages, wgmma) where the kernel is built
+# for sm_90a: wgmma exists there only (Blackwell's tensor cores take tcgen05, which is not emulated: an
+# sm_100 kernel keeps the mma.sync path). Its tensor maps, built by the runtime over each task's tiles:
+# (box rows, box columns, swizzle bytes), the kernel's BN / BM x BK with the 128-byte swizzle.
+WGMMA_CC = 90
+WGMMA_BOXES = {"input": (16, 64, 128), "weight": (64, 64, 128)}
+
+
+def tensor_cores(pk, name: str, block_dim, inputs: list[Access]) -> int:
+    """The layer's tensor_cores iparam, for inputs [x, W, ...] (checked): 0 the SIMT GEMV, 1 mma.sync
+    (csrc/tasks/mma_linear.cuh), 2 TMA + wgmma (csrc/tasks/wgmma_linear.cuh), which also asks the runtime
+    for the tensor maps of x's and W's tiles (Access.tma). 2 needs a kernel for sm_90a: target_cc 90, or on
+    the CPU backend without one, a 256-thread block (PersistentKernel.target_cc), and x's and W's rows
+    contiguous, a multiple of 16 bytes apart. One choice per layer, so the bits do not depend on the split."""
+    x, w = inputs[0].tensor, inputs[1].tensor
+    if not uses_tensor_cores(x.dtype, x.dims[0]):
+        return 0
+    bx, by, bz = dim3(name, "block_dim", block_dim)
+    cc = max(pk.target_cc, 90 if bx * by * bz > 128 else 0)
+    rows_ok = all(t.strides[-1] == 1 and t.strides[0] * t.dtype.itemsize % 16 == 0 for t in (x, w))
+    if cc != WGMMA_CC or not rows_ok:
+        return 1
+    for a in inputs[:2]:
+        a.tma = WGMMA_BOXES[a.role]
+    return 2
 
 
 def linear_tensors(name: str, grid, input, weight, output, why: str):
@@ -70,6 +99,6 @@ def linear_accesses(name: str, grid, input, weight, output, extra=()) -> tuple[l
 def linear_layer(pk, name: str, input, weight, output, grid_dim, block_dim) -> Layer:
     grid = check_grid(name, grid_dim, block_dim)
     inputs, outputs = linear_accesses(name, grid, input, weight, output)
-    tc = tensor_cores(inputs[0].tensor)
+    tc = tensor_cores(pk, name, block_dim, inputs)
     return Layer(name, "linear", grid, inputs, outputs, (inputs[0].tensor.dtype,), iparams=(tc,),
-                 params={"tensor_cores": bool(tc)})
+                 params={"tensor_cores": bool(tc), "path": ("simt", "mma.sync", "tma+wgmma")[tc]})

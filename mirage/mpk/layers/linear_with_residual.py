@@ -20,8 +20,9 @@ def linear_with_residual_layer(pk, name: str, input, weight, residual, output, g
     grid = check_grid(name, grid_dim, block_dim)
     inputs, outputs = linear_accesses(name, grid, input, weight, output, extra=[("residual", residual)])
     add_residual = int(pk.world_size == 1 or pk.mpi_rank == 0)
-    tc = tensor_cores(inputs[0].tensor)
+    tc = tensor_cores(pk, name, block_dim, inputs)
     return Layer(name, "linear_with_residual", grid, inputs, outputs, (inputs[0].tensor.dtype,),
                  iparams=(add_residual, tc),
-                 params={"add_residual": bool(add_residual), "tensor_cores": bool(tc)},
+                 params={"add_residual": bool(add_residual), "tensor_cores": bool(tc),
+                         "path": ("simt", "mma.sync", "tma+wgmma")[tc]},
                  inplace={"output": ("residual",)})

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..dtypes import FLOATS
 from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor, storage
-from .linear import tensor_cores
+from .linear import mma_tensor_cores
 
 TASK_TYPE = 102          # MPK's TASK_RMS_NORM_LINEAR
 # Tensor parallelism (mirage.mpk.testing.TP_KINDS): column-parallel, as MPK's fused qkv projection: rank r
@@ -47,7 +47,7 @@ def rmsnorm_linear_layer(pk, name: str, input, weight_norm, weight_linear, outpu
               Access("weight_linear", w, (0, NOT_SPLIT, NOT_SPLIT))]
     outputs = [Access("output", y, (1, NOT_SPLIT, NOT_SPLIT))]
     check_splits(name, grid, inputs, outputs)
-    tc = tensor_cores(x)      # linear's rule (bf16 / fp16 from 16 rows), one choice for every task
+    tc = mma_tensor_cores(x)      # linear's rule (bf16 / fp16 from 16 rows), one choice for every task
     return Layer(name, "rmsnorm_linear", grid, inputs, outputs, (x.dtype,), iparams=(tc,),
                  fparams=(float(eps),), params={"eps": float(eps), "tensor_cores": bool(tc)},
                  scalars=dict(SCALARS))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..dtypes import FLOATS
 from . import NOT_SPLIT, Access, Layer, check_grid, check_splits, check_tensor, storage
-from .linear import tensor_cores
+from .linear import mma_tensor_cores
 
 TASK_TYPE = 105          # MPK's TASK_SILU_MUL_LINEAR_WITH_RESIDUAL
 # Tensor parallelism, how the layer is split across ranks (mirage.mpk.testing.TP_KINDS): row-parallel, as
@@ -46,7 +46,7 @@ def silu_mul_linear_with_residual_layer(pk, name: str, input, weight, residual, 
     outputs = [Access("output", y, cols)]
     check_splits(name, grid, inputs, outputs)
     add_residual = int(pk.world_size == 1 or pk.mpi_rank == 0)
-    tc = tensor_cores(x)               # the GEMM on the tensor cores (linear.py: bf16 / fp16, 16+ rows)
+    tc = mma_tensor_cores(x)               # the GEMM on the tensor cores (linear.py: bf16 / fp16, 16+ rows)
     return Layer(name, "silu_mul_linear_with_residual", grid, inputs, outputs, (x.dtype,),
                  iparams=(add_residual, tc),
                  params={"add_residual": bool(add_residual), "tensor_cores": bool(tc)},

@@ -10,7 +10,7 @@ producer, the kernel-level runs load it), declared in place. Kernel: csrc/tasks/
 from __future__ import annotations
 
 from . import ACCUMULATE, NOT_SPLIT, Access, Layer, check_grid, check_splits
-from .linear import linear_tensors, tensor_cores
+from .linear import linear_tensors, mma_tensor_cores
 
 TASK_TYPE = 163          # MPK's TASK_SPLITK_LINEAR_SWAPAB_HOPPER
 # Tensor parallelism (mirage.mpk.testing.TP_KINDS): row-parallel, as MPK's models use it (qwen3 builder:
@@ -30,6 +30,6 @@ def splitk_linear_layer(pk, name: str, input, weight, output, grid_dim, block_di
               Access("initial", y, (1, NOT_SPLIT, NOT_SPLIT))]
     outputs = [Access("output", y, (1, NOT_SPLIT, NOT_SPLIT), shared=ACCUMULATE)]
     check_splits(name, grid, inputs, outputs)
-    tc = tensor_cores(x)
+    tc = mma_tensor_cores(x)
     return Layer(name, "splitk_linear", grid, inputs, outputs, (x.dtype,), iparams=(tc,),
                  params={"splits": grid[1], "tensor_cores": bool(tc)}, inplace={"output": ("initial",)})

@@ -27,27 +27,29 @@ CASES = [
 ]
 
 
-def run(dtype, batch, k, n, grid, jitter, output_dir=None, world=testing.ONE_RANK):
+def run(dtype, batch, k, n, grid, jitter, output_dir=None, world=testing.ONE_RANK, target_cc=None):
     """Build, compile and run one case: (pk, name, out, expected, tol, inputs).
 
-    world (several ranks): x whole, this rank's rows of W, its columns of y and of the reference."""
+    world (several ranks): x whole, this rank's rows of W, its columns of y and of the reference.
+    target_cc 90: the 256-thread worker block, where a bf16 / fp16 batch of 16+ takes the Hopper path."""
     gen = testing.generator(offset=batch * 100003 + k * 1009 + n)      # the same on every rank
     x = testing.randn((batch, k), dtype, gen)
     w_full = testing.randn((n, k), dtype, gen, scale=k ** -0.5)   # random, not zeros: a skipped row shows
     w = world.shard("weight", w_full)
     grid = (max(g for g in range(1, grid[0] + 1) if w.shape[0] % g == 0), grid[1])   # divides the local N
-    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params))
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=jitter, **world.params, target_cc=target_cc))
     out = torch.zeros(batch, w.shape[0], dtype=dtype)
     x_dt, w_dt = pk.attach_input(x, name="x"), pk.attach_input(w, name="w")
     out_dt = pk.attach_input(out, name="out")
     pk.linear_layer(input=x_dt, weight=w_dt, output=out_dt, grid_dim=(grid[0], grid[1], 1),
-                    block_dim=(128, 1, 1))
+                    block_dim=testing.worker_block_dim(target_cc or 0))
     pk.compile(output_dir=output_dir)
     pk()
     pk.finalize()
     expected = world.shard("output", ref.linear(x, w_full))
     scale = x.double().abs() @ w.double().abs().T            # sum_k |x_bk * w_nk| per output
-    name = f"linear[{str(dtype)[6:]},{batch}x{k}->{n},grid={grid},jitter={jitter}{world.tag}]"
+    name = (f"linear[{str(dtype)[6:]},{batch}x{k}->{n},grid={grid},jitter={jitter}{world.tag},"
+            f"{pk.layers[0].params['path']}]")
     tol = testing.tol_linear(dtype, k, scale, tensor_cores=pk.layers[0].params["tensor_cores"])
     return pk, name, out, expected, tol, (x, w)
 
@@ -66,6 +68,21 @@ def _jitter(dtype, case) -> int:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}x{c[1]}->{c[2]}-grid{c[3][0]}x{c[3][1]}")
 def test_linear(dtype, case, tmp_path):
     run_case(dtype, *case, jitter=_jitter(dtype, case), output_dir=str(tmp_path))
+
+
+# The Hopper path (csrc/tasks/wgmma_linear.cuh: TMA into a ring of stages, wgmma; the tensor maps of x's and
+# W's tiles built by the runtime) at target_cc 90: 2 row tiles of 12 rows (a 16-row chunk, partly past the
+# tile: TMA's zero fill), 3 column tiles of 32 (a 64-row W group, half past the tile), K = 520 (a partial last
+# step of 64), through the persistent executor with its workers and jitter.
+HOPPER_CASES = [(24, 520, 96, (3, 2))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES[:2], ids=lambda d: str(d)[6:])
+@pytest.mark.parametrize("case", HOPPER_CASES, ids=lambda c: f"{c[0]}x{c[1]}->{c[2]}-grid{c[3][0]}x{c[3][1]}")
+def test_linear_hopper_path(dtype, case, tmp_path):
+    pk, name, out, expected, tol, inputs = run(dtype, *case, jitter=7, output_dir=str(tmp_path), target_cc=90)
+    assert pk.layers[0].params["path"] == "tma+wgmma", pk.layers[0].params
+    testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk)
 
 
 if __name__ == "__main__":
