@@ -35,9 +35,8 @@
 // GPU and CPU bits may differ, both within the budget (K + 1) u_fp32 sum |x w| + u_T |y|.
 // Shared memory: (blockDim.x / 32) x 32 x 33 floats at offset 0 of the dynamic shared memory
 // (16.5 KiB for 128 threads, 33 KiB for 256).
-// Not here (future variants): tensor cores (mma.sync / ldmatrix need CPU-emulated wrappers
-// first, runtime/simt.h), cp.async staging of x in shared memory (x is re-read from L1/L2 by
-// every column group: 4 W rows per pass over x).
+// Other paths, the layer's choice (tensor_cores iparam, mirage/mpk/layers/linear.py): the tensor cores by
+// mma.sync with cp.async staging (mma_linear.cuh), and on sm_90a TMA + wgmma (wgmma_linear.cuh).
 // Test: tests/csrc/test_kernels_linear.cpp (against fp64 loops; bits across seeds, block sizes
 //       and splits), tests/runtime_python/linear/ and tests/runtime_python/test_mode/test_qwen3_mlp.py
 // Run:  bash tests/csrc/run_kernel_tests.sh test_kernels_linear
