@@ -95,13 +95,9 @@ def _tile_entries(table: tasktable.TaskTable, column: np.ndarray) -> list[dict]:
     dims, strides = ([a[0].tolist()] * len(a) if (a == a[0]).all() else a.tolist()
                      for a in (column["dims"][:, :ndim], column["strides"][:, :ndim]))
     names = {i: (table.tensors[i].name, table.tensors[i].dtype.name) for i in set(ids)}
-    tiles = [{"base_ptr": names[i][0], "offset": off, "data_type": names[i][1], "dims": d, "strides": s}
-             for i, off, d, s in zip(ids, offsets, dims, strides)]
-    if int(column["tma_rows"][0]):  # the slot's tensor-map request (one per slot: Access.tma)
-        tma = [int(column[f][0]) for f in ("tma_rows", "tma_cols", "tma_swizzle")]
-        for t in tiles:
-            t["tma"] = tma
-    return tiles
+    tma = [int(column[f][0]) for f in ("tma_rows", "tma_cols", "tma_swizzle")]  # the slot's Access.tma
+    return [{"base_ptr": names[i][0], "offset": off, "data_type": names[i][1], "dims": d, "strides": s,
+             **({"tma": tma} if tma[0] else {})} for i, off, d, s in zip(ids, offsets, dims, strides)]
 
 
 def _task_entries(table: tasktable.TaskTable, tasks: list[Task]) -> list[dict]:
