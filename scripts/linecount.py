@@ -14,7 +14,7 @@ import os
 import sys
 import tokenize
 
-BUDGET = 5240
+BUDGET = 5250
 LAYER_LIMIT = 150
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mirage", "mpk")
 
