@@ -70,6 +70,7 @@ MPK_PTX_STMATRIX(stmatrix_m8n8_x4_trans_shared_b16, "stmatrix.sync.aligned.m8n8.
 MPK_DEVICE MPK_INLINE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 MPK_DEVICE MPK_INLINE void wgmma_commit_group() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N> MPK_DEVICE MPK_INLINE void wgmma_wait_group() {
+    static_assert(N >= 0 && N <= 7, "wgmma.wait_group takes 0 to 7");
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
@@ -194,40 +195,32 @@ template <int N> MPK_DEVICE MPK_INLINE void wgmma_wait_group() {
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(ScaleA),          \
                        "n"(ScaleB), "n"(TransB));                                                                   \
     } else
-#define MPK_WG_CHECKS                                                                                  \
-    static_assert(Nn % 8 == 0 && Nn >= 8 && Nn <= 256, "wgmma m64nNk16: N is 8 to 256 in steps of 8");  \
-    static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "imm-scale is 1 or -1")
+#define MPK_WG_CHECKS                                                                                     \
+    static_assert(Nn % 8 == 0 && Nn >= 8 && Nn <= 256, "wgmma m64nNk16: N is 8 to 256 in steps of 8");     \
+    static_assert((ScaleA == 1 || ScaleA == -1) && (ScaleB == 1 || ScaleB == -1), "imm-scale is 1 or -1"); \
+    static_assert(TransB == 0 || TransB == 1, "imm-trans is 0 or 1")
 #define MPK_WG_NONE \
     { static_assert(Nn < 0, "unreachable"); }
-
+// Both forms of one type (MPK_WG_TYPE, expanded where the macro is used).
+#define MPK_PTX_WGMMA(NAME)                                                                                  \
+    template <int Nn, int ScaleA = 1, int ScaleB = 1, int TransA = 0, int TransB = 0>                        \
+    MPK_DEVICE MPK_INLINE void NAME(float (&d)[Nn / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {      \
+        MPK_WG_CHECKS;                                                                                       \
+        static_assert(TransA == 0 || TransA == 1, "imm-trans is 0 or 1");                                    \
+        MPK_WG_SHAPES(MPK_WG_SS) MPK_WG_NONE                                                                 \
+    }                                                                                                        \
+    template <int Nn, int ScaleA = 1, int ScaleB = 1, int TransB = 0>                                        \
+    MPK_DEVICE MPK_INLINE void NAME(float (&d)[Nn / 2], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) { \
+        MPK_WG_CHECKS;                                                                                       \
+        MPK_WG_SHAPES(MPK_WG_RS) MPK_WG_NONE                                                                 \
+    }
 #define MPK_WG_TYPE "bf16.bf16"
-template <int Nn, int ScaleA = 1, int ScaleB = 1, int TransA = 0, int TransB = 0>
-MPK_DEVICE MPK_INLINE void wgmma_mma_async_m64nNk16_f32_bf16_bf16(float (&d)[Nn / 2], uint64_t desc_a, uint64_t desc_b,
-                                                                 int scale_d) {
-    MPK_WG_CHECKS;
-    MPK_WG_SHAPES(MPK_WG_SS) MPK_WG_NONE
-}
-template <int Nn, int ScaleA = 1, int ScaleB = 1, int TransB = 0>
-MPK_DEVICE MPK_INLINE void wgmma_mma_async_m64nNk16_f32_bf16_bf16(float (&d)[Nn / 2], const uint32_t (&a)[4],
-                                                                 uint64_t desc_b, int scale_d) {
-    MPK_WG_CHECKS;
-    MPK_WG_SHAPES(MPK_WG_RS) MPK_WG_NONE
-}
+MPK_PTX_WGMMA(wgmma_mma_async_m64nNk16_f32_bf16_bf16)
 #undef MPK_WG_TYPE
 #define MPK_WG_TYPE "f16.f16"
-template <int Nn, int ScaleA = 1, int ScaleB = 1, int TransA = 0, int TransB = 0>
-MPK_DEVICE MPK_INLINE void wgmma_mma_async_m64nNk16_f32_f16_f16(float (&d)[Nn / 2], uint64_t desc_a, uint64_t desc_b,
-                                                               int scale_d) {
-    MPK_WG_CHECKS;
-    MPK_WG_SHAPES(MPK_WG_SS) MPK_WG_NONE
-}
-template <int Nn, int ScaleA = 1, int ScaleB = 1, int TransB = 0>
-MPK_DEVICE MPK_INLINE void wgmma_mma_async_m64nNk16_f32_f16_f16(float (&d)[Nn / 2], const uint32_t (&a)[4],
-                                                               uint64_t desc_b, int scale_d) {
-    MPK_WG_CHECKS;
-    MPK_WG_SHAPES(MPK_WG_RS) MPK_WG_NONE
-}
+MPK_PTX_WGMMA(wgmma_mma_async_m64nNk16_f32_f16_f16)
 #undef MPK_WG_TYPE
+#undef MPK_PTX_WGMMA
 #undef MPK_WG_SS
 #undef MPK_WG_RS
 #undef MPK_WG_CHECKS

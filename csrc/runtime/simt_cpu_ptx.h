@@ -94,12 +94,35 @@ template <int K, class Dec> inline void mma_complete(Fiber* lanes) {
     }
 }
 
+// ldmatrix and stmatrix: how many matrices (x1, x2, x4) and whether transposed.
+inline int matrices_of(Op op) {
+    return op == Op::LdmX1 || op == Op::LdmX1T || op == Op::StmX1 || op == Op::StmX1T   ? 1
+           : op == Op::LdmX2 || op == Op::LdmX2T || op == Op::StmX2 || op == Op::StmX2T ? 2 : 4;
+}
+inline bool transposed(Op op) {
+    return op == Op::LdmX1T || op == Op::LdmX2T || op == Op::LdmX4T || op == Op::StmX1T || op == Op::StmX2T ||
+           op == Op::StmX4T;
+}
+// Each 16-bit element the instruction moves: f(lane l's register j, half e, the element's shared address).
+// Lane l's register j holds row l >> 2, columns 2t and 2t + 1 of matrix j (.trans: of its transpose), the
+// lower column low; matrix j's row r is at the address lane 8 j + r gives.
+template <class F> inline void for_each_element(Fiber* lanes, int n, bool trans, F f) {
+    for (int l = 0; l < 32; ++l) {
+        const int g = l >> 2, t = l & 3;
+        for (int j = 0; j < n; ++j)
+            for (int e = 0; e < 2; ++e) {
+                const int row = trans ? 2 * t + e : g, col = trans ? g : 2 * t + e;
+                f(lane_args(lanes, l).r[j], e, static_cast<char*>(const_cast<void*>(lane_args(lanes, 8 * j + row).row)) + 2 * col);
+            }
+    }
+}
+
 #if MPK_SIMT_DEFINE_SLOW_PATHS
-MPK_SIMT_SLOW void ldmatrix_complete(Sched& s, Fiber* lanes, Op op) {
-    const int n = op == Op::LdmX1 || op == Op::LdmX1T ? 1 : op == Op::LdmX2 || op == Op::LdmX2T ? 2 : 4;
-    const bool trans = op == Op::LdmX1T || op == Op::LdmX2T || op == Op::LdmX4T;
+// The row addresses of an ldmatrix (store false) or stmatrix (true), checked: 16-byte aligned, in shared
+// memory, not in flight; a store's, not read by a wgmma in flight (simt_cpu_wgmma.h).
+MPK_SIMT_SLOW void matrix_rows_checked(Sched& s, Fiber* lanes, Op op, bool store) {
     const Fiber& f0 = lanes[0];
-    for (int l = 0; l < 8 * n; ++l) {  // the lanes whose row addresses this form uses
+    for (int l = 0; l < 8 * matrices_of(op); ++l) {  // the lanes whose row addresses this form uses
         const char* p = static_cast<const char*>(lane_args(lanes, l).row);
         auto where = [&] {
             return std::string(op_name(op)) + " at " + site(f0.file, f0.line) + ": row " + std::to_string(l % 8) +
@@ -109,65 +132,35 @@ MPK_SIMT_SLOW void ldmatrix_complete(Sched& s, Fiber* lanes, Op op) {
         if (!in_shared(s, p, 16)) fail(s, where() + ", is not in shared memory (" + shared_text(s) + ")");
         int thread = -1;
         if (const AsyncCopy* c = in_flight(s, p, 16, &thread))
-            fail(s, where() + ", reads bytes that " + copy_text(*c, thread) + " will still write: " +
+            fail(s, where() + (store ? ", writes" : ", reads") + " bytes that " + copy_text(*c, thread) + " will still write: " +
                         (c->group == kBulk ? "its mbarrier has not been waited on (mbarrier.try_wait.parity)"
                                            : "its group has not been waited for (cp.async.wait_group)"));
-    }
-    for (int l = 0; l < 32; ++l) {
-        const int g = l >> 2, t = l & 3;
-        uint32_t* r = lane_args(lanes, l).r;
-        for (int j = 0; j < n; ++j) {
-            uint32_t v = 0;
-            for (int e = 0; e < 2; ++e) {
-                const int row = trans ? 2 * t + e : g, col = trans ? g : 2 * t + e;
-                uint16_t h;
-                memcpy(&h, static_cast<const char*>(lane_args(lanes, 8 * j + row).row) + 2 * col, 2);
-                v |= uint32_t(h) << (16 * e);
-            }
-            r[j] = v;
-        }
-    }
-}
-#else
-void ldmatrix_complete(Sched& s, Fiber* lanes, Op op);
-#endif
-
-// stmatrix (sm_90): ldmatrix's layout, the other way: lane l's register j goes to the rows of matrix j
-// whose addresses lanes 8 j .. 8 j + 7 give. The rows are checked as ldmatrix's, and also: not in flight
-// (a copy would overwrite them), not read by a wgmma in flight (simt_cpu_wgmma.h).
-#if MPK_SIMT_DEFINE_SLOW_PATHS
-MPK_SIMT_SLOW void stmatrix_complete(Sched& s, Fiber* lanes, Op op) {
-    const int n = op == Op::StmX1 || op == Op::StmX1T ? 1 : op == Op::StmX2 || op == Op::StmX2T ? 2 : 4;
-    const bool trans = op == Op::StmX1T || op == Op::StmX2T || op == Op::StmX4T;
-    const Fiber& f0 = lanes[0];
-    for (int l = 0; l < 8 * n; ++l) {
-        char* p = static_cast<char*>(const_cast<void*>(lane_args(lanes, l).row));
-        auto where = [&] {
-            return std::string(op_name(op)) + " at " + site(f0.file, f0.line) + ": row " + std::to_string(l % 8) +
-                   " of matrix " + std::to_string(l / 8) + ", the address " + ptr_text(p) + " of lane " + std::to_string(l);
-        };
-        if (uintptr_t(p) % 16) fail(s, where() + ", is not 16-byte aligned");
-        if (!in_shared(s, p, 16)) fail(s, where() + ", is not in shared memory (" + shared_text(s) + ")");
-        int thread = -1;
-        if (const AsyncCopy* c = in_flight(s, p, 16, &thread))
-            fail(s, where() + ", writes bytes that " + copy_text(*c, thread) + " will still write");
-        if (s.async && s.async->wgmma_reading) {
+        if (store && s.async && s.async->wgmma_reading) {
             const std::string r = s.async->wgmma_reading(s, p, 16);
             if (!r.empty()) fail(s, where() + ", writes bytes that " + r + " still reads (before its wgmma.wait_group)");
         }
     }
-    for (int l = 0; l < 32; ++l) {
-        const int g = l >> 2, t = l & 3;
-        const uint32_t* r = lane_args(lanes, l).r;
-        for (int j = 0; j < n; ++j)
-            for (int e = 0; e < 2; ++e) {
-                const int row = trans ? 2 * t + e : g, col = trans ? g : 2 * t + e;
-                const uint16_t h = uint16_t(r[j] >> (16 * e));
-                memcpy(static_cast<char*>(const_cast<void*>(lane_args(lanes, 8 * j + row).row)) + 2 * col, &h, 2);
-            }
-    }
+}
+MPK_SIMT_SLOW void ldmatrix_complete(Sched& s, Fiber* lanes, Op op) {
+    matrix_rows_checked(s, lanes, op, false);
+    for (int l = 0; l < 32; ++l)
+        for (int j = 0; j < matrices_of(op); ++j) lane_args(lanes, l).r[j] = 0;
+    for_each_element(lanes, matrices_of(op), transposed(op), [](uint32_t& reg, int e, const char* at) {
+        uint16_t h;
+        memcpy(&h, at, 2);
+        reg |= uint32_t(h) << (16 * e);
+    });
+}
+// stmatrix (sm_90): ldmatrix's layout, the other way.
+MPK_SIMT_SLOW void stmatrix_complete(Sched& s, Fiber* lanes, Op op) {
+    matrix_rows_checked(s, lanes, op, true);
+    for_each_element(lanes, matrices_of(op), transposed(op), [](uint32_t& reg, int e, char* at) {
+        const uint16_t h = uint16_t(reg >> (16 * e));
+        memcpy(at, &h, 2);
+    });
 }
 #else
+void ldmatrix_complete(Sched& s, Fiber* lanes, Op op);
 void stmatrix_complete(Sched& s, Fiber* lanes, Op op);
 #endif
 

@@ -9,15 +9,14 @@ truncate: a unit roundoff of 2^-23, twice round-to-nearest's). testing.tolerance
 The emulation itself adds in increasing k, rounding to nearest, well inside.
 """
 import ctypes
-import os
-import subprocess
 
 import pytest
 import torch
 
 from mirage.mpk import testing
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+csrc_library = testing.load_reference(__file__, name="csrc_library")
+
 SEEDS = range(4)
 # (M, N, K): a one-row tile, a non-power-of-two shape with partial tiles in M, N and K, a square one.
 SHAPES = [pytest.param((1, 8, 8), id="1x8x8"),
@@ -37,14 +36,8 @@ CONTROLS = {
 
 @pytest.fixture(scope="module")
 def gemm(tmp_path_factory):
-    lib = str(tmp_path_factory.mktemp("ptx") / "ptx_gemm.so")
-    subprocess.run(["g++", "-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra", "-Werror",
-                    "-I" + os.path.join(ROOT, "csrc"), os.path.join(ROOT, "tests", "csrc", "ptx_gemm.cpp"),
-                    "-o", lib], check=True, timeout=300)
-    fn = ctypes.CDLL(lib).ptx_gemm
-    fn.argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int] * 6 +
-                   [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int])
-    fn.restype = ctypes.c_int
+    args = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 6 + [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int]
+    fn = csrc_library.entry_point(tmp_path_factory.mktemp("ptx"), "ptx_gemm.cpp", "ptx_gemm", args)
 
     def run(a: torch.Tensor, b: torch.Tensor, kn: bool, bug: int = 0, seed: int = 0):
         m, k = a.shape

@@ -8,15 +8,14 @@ The budget is test_ptx_gemm.py's (docs/simt.md, "Tensor cores and asynchronous c
 testing.tolerance's k-term bound with k = 2 K.
 """
 import ctypes
-import os
-import subprocess
 
 import pytest
 import torch
 
 from mirage.mpk import testing
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+csrc_library = testing.load_reference(__file__, name="csrc_library")
+
 SEEDS = range(4)
 SWIZZLES = [0, 32, 64, 128]
 # (M, N, K): one tile; a non-power-of-two shape with partial tiles in M, N and K (a one-row last tile in M)
@@ -42,14 +41,8 @@ CONTROLS = {
 
 @pytest.fixture(scope="module")
 def gemm(tmp_path_factory):
-    lib = str(tmp_path_factory.mktemp("wgmma") / "wgmma_gemm.so")
-    subprocess.run(["g++", "-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra", "-Werror",
-                    "-I" + os.path.join(ROOT, "csrc"), os.path.join(ROOT, "tests", "csrc", "wgmma_gemm.cpp"),
-                    "-o", lib], check=True, timeout=300)
-    fn = ctypes.CDLL(lib).wgmma_gemm
-    fn.argtypes = ([ctypes.c_void_p] * 3 + [ctypes.c_int] * 6 +
-                   [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int])
-    fn.restype = ctypes.c_int
+    args = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 6 + [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int]
+    fn = csrc_library.entry_point(tmp_path_factory.mktemp("wgmma"), "wgmma_gemm.cpp", "wgmma_gemm", args)
 
     def run(a: torch.Tensor, b: torch.Tensor, swizzle: int, bug: int = 0, seed: int = 0):
         m, k = a.shape
