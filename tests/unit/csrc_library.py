@@ -13,8 +13,8 @@ def entry_point(out_dir: str, source: str, symbol: str, argtypes: list) -> ctype
     """tests/csrc/<source> built into out_dir, its function `symbol` (returning int) with `argtypes`."""
     lib = os.path.join(str(out_dir), os.path.splitext(source)[0] + ".so")
     flags = ["-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-Wall", "-Wextra", "-Werror"]
-    src = os.path.join(ROOT, "tests", "csrc", source)
-    subprocess.run(["g++", *flags, "-I" + os.path.join(ROOT, "csrc"), src, "-o", lib], check=True, timeout=300)
+    src, include = os.path.join(ROOT, "tests", "csrc", source), "-I" + os.path.join(ROOT, "csrc")
+    subprocess.run(["g++", *flags, include, src, "-o", lib], check=True, timeout=300)
     fn = getattr(ctypes.CDLL(lib), symbol)
     fn.argtypes = argtypes
     fn.restype = ctypes.c_int
