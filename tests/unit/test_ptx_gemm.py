@@ -81,18 +81,8 @@ def test_negative_control_is_caught(gemm, bug):
     """Over the seeds the defect fails at least once (a copy-order bug only on the seeds whose copies
     land late), every failure is the expected kind, and the evidence is printed."""
     m, n, k = 48, 40, 72
-    caught = []
-    for seed in SEEDS:
+
+    def run(seed):
         a, b = _inputs(m, n, k, torch.bfloat16, seed)
-        d, err = gemm(a, b, kn=bug == 2, bug=bug, seed=seed)
-        if err:
-            caught.append(f"seed {seed}: {err}")
-            assert CONTROLS[bug] and CONTROLS[bug] in err, err
-            continue
-        ref = torch.matmul(a.double(), b.double().t())
-        c = testing.compare(d, ref, _budget(a, b))
-        testing.evidence(f"ptx_gemm control {bug} seed {seed}", d, ref, _budget(a, b), c)
-        if not c.passed:
-            caught.append(f"seed {seed}: outside the budget ({c.n_bad} of {d.numel()} elements)")
-    print(f"control {bug}: caught on {len(caught)} of {len(SEEDS)} seeds\n  " + "\n  ".join(caught))
-    assert caught, f"control {bug} passed on every seed"
+        return (*gemm(a, b, kn=bug == 2, bug=bug, seed=seed), a, b)
+    csrc_library.gemm_control_is_caught(f"ptx_gemm control {bug}", SEEDS, run, _budget, (CONTROLS[bug],))
