@@ -40,7 +40,8 @@
 //   simt_cpu_mbarrier.h   mbarrier: phases, arrivals and transaction bytes, waits that can never complete
 //   simt_cpu_tma.h        cp.async.bulk.tensor: tensor maps, swizzled boxes landing on their mbarrier
 //   simt_cpu_ptx.h        mma.sync, ldmatrix and stmatrix as warp collectives (the PTX ISA's fragment layouts)
-//   simt_cpu_wgmma.h      wgmma: matrix descriptors' canonical layouts, groups retired at their wait, warpgroups
+//   simt_cpu_wgmma_desc.h wgmma's matrix descriptors: the canonical layouts, the checks on what they name
+//   simt_cpu_wgmma.h      wgmma: groups retired at their wait, accumulators, warpgroups
 #pragma once
 #if defined(__CUDACC__)
 #error "runtime/simt_cpu.h emulates CUDA for the host compiler; nvcc uses the real builtins (runtime/simt.h)"
