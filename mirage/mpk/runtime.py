@@ -70,7 +70,8 @@ class Runtime:
                                         C.byref(m), err, len(err))
         graph.task_table = None     # mpk_init copied the rows (744 bytes a task): free ours
         if not self.handle:
-            raise MPKRuntimeError(f"the runtime rejected the kernel: {err.value.decode(errors='replace')}")
+            why = self.name_tasks(err.value.decode(errors="replace"))
+            raise MPKRuntimeError(f"the runtime rejected the kernel: {why}")
         self.num_workers, self.watchdog_s = config["num_workers"], config["watchdog_s"]
 
     def launch(self) -> int:
@@ -119,14 +120,20 @@ class Runtime:
             raise MPKRuntimeError(f"launch failed (status {status}): {self.name_tasks(self.error_message())}")
 
     def name_tasks(self, message: str) -> str:
-        """'task 4' in a runtime message -> "task 4 = 'linear_1'(0, 2, 0)": layers and grid coordinates."""
+        """'task 4' in a runtime message -> "task 4 = 'linear_1'(0, 2, 0)": layers and grid coordinates; and
+        its 'tile 1 (input 1)' -> "tile 1 (input 1, 'weight': tensor 'w' [32, 520] of [96, 520])"."""
         def label(m: re.Match) -> str:
             i = int(m.group(1))
             if not 1 <= i < len(self.graph.tasks):
                 return m.group(0)
             task = self.graph.tasks[i]
-            return f"task {i} = '{task.layer.name}'{task.coord}"
-        return re.sub(r"\btask (\d+)\b", label, message)
+            text = f"task {i} = '{task.layer.name}'{task.coord}"
+            if m.group(2):
+                t = (task.inputs + task.outputs)[int(m.group(2))]
+                text += (f" tile {m.group(2)} ({m.group(3)}, '{t.role}': tensor '{t.tensor.name}' "
+                         f"{list(t.dims)} of {list(t.tensor.dims)})")
+            return text
+        return re.sub(r"\btask (\d+)\b(?: tile (\d+) \(((?:input|output) \d+)\))?", label, message)
 
     def error_message(self) -> str:
         buf = C.create_string_buffer(4096)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from mirage.mpk import testing
+from mirage.mpk.errors import MPKRuntimeError
 from mirage.mpk.persistent_kernel import PersistentKernel
 
 ref = testing.load_reference(__file__)
@@ -83,6 +84,26 @@ def test_linear_hopper_path(dtype, case, tmp_path):
     pk, name, out, expected, tol, inputs = run(dtype, *case, jitter=7, output_dir=str(tmp_path), target_cc=90)
     assert pk.layers[0].params["path"] == "tma+wgmma", pk.layers[0].params
     testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk)
+
+
+def test_linear_hopper_path_names_a_tile_tma_cannot_read():
+    """A tile whose tensor map the driver would refuse (x two bytes past 16-byte alignment; outside test
+    mode, whose guarded copies are aligned) fails the launch naming the task, the tile, its tensor and why."""
+    storage = torch.randn(16 * 96 + 1).to(torch.bfloat16)
+    x = storage[1:].view(16, 96)                      # contiguous, its base 2 bytes off
+    pk = PersistentKernel(**testing.cpu_config(jitter_seed=1, target_cc=90, test_mode=False))
+    out = torch.zeros(16, 40, dtype=torch.bfloat16)
+    w = torch.randn(40, 96).to(x.dtype)
+    pk.linear_layer(input=pk.attach_input(x, name="x"), weight=pk.attach_input(w, name="w"),
+                    output=pk.attach_input(out, name="out"), grid_dim=(2, 1, 1), block_dim=(256, 1, 1))
+    assert pk.layers[0].params["path"] == "tma+wgmma"
+    with pytest.raises(MPKRuntimeError) as e:
+        pk.compile()
+        pk()
+    print(e.value)
+    for part in ("task 1 = 'linear_0'(0, 0, 0) tile 0 (input 0, 'input': tensor 'x' [16, 96] of [16, 96])",
+                 "its tensor map (box 16 x 64, swizzle 128): the base address is not 16-byte aligned"):
+        assert part in str(e.value), str(e.value)
 
 
 if __name__ == "__main__":
