@@ -181,7 +181,7 @@ def test_a_rank_computing_a_wrong_shard_fails_the_job_with_its_message(tmp_path)
                                     "MPK_LOG_LEVEL": "WARNING"})
     elapsed = time.perf_counter() - t0
     assert code not in (0, 124), f"exit {code}"
-    first = "linear[bfloat16,8x256->96,grid=(6, 1),jitter=1,W=2]"
+    first = "linear[bfloat16,8x256->96,grid=(6, 1),jitter=1,W=2,simt]"
     assert f"[rank 1] AssertionError: '{first}' is not close (bfloat16, (8, 48))!" in out
     assert "[rank 1] Mismatched elements: 384 / 384 (100.0%)" in out
     assert "[rank 1] uncaught AssertionError: calling MPI_Abort" in out
