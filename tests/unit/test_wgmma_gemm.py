@@ -20,7 +20,7 @@ SEEDS = range(4)
 SWIZZLES = [0, 32, 64, 128]
 # (M, N, K): one tile; a non-power-of-two shape with partial tiles in M, N and K (a one-row last tile in M)
 SHAPES = [pytest.param((64, 64, 64), marks=pytest.mark.quick, id="64x64x64"),
-          pytest.param((129, 72, 200), id="129x72x200")]
+          pytest.param((129, 72, 200), id="129x72x200")]   # (N = 72: a multiple of 8, as "kn" needs)
 # defect -> the words its failure must show: named errors (any of them), or None: a wrong result (the budget)
 CONTROLS = {
     # 1: the consumers wait on the wrong parity of the full barrier
@@ -36,21 +36,27 @@ CONTROLS = {
     # 6: the producer refills a stage without waiting on its empty barrier
     6: ("is read by wgmma.mma_async", "overlaps bytes still in flight", "more bytes completed",
         "was written while", "one arrival more than the count", "mbarrier wait that can never complete"),
+    # 7: "kn", imm-trans-b forgotten: B's MN-major tile read as K-major (a wrong result, or bytes of another
+    # stage, still in flight, never written or past the shared memory)
+    7: (None, "will still write: its mbarrier has not been waited on", "that nothing wrote in this task",
+        "outside the block's"),
 }
 
 
 @pytest.fixture(scope="module")
 def gemm(tmp_path_factory):
-    args = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 6 + [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int]
+    args = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 7 + [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int]
     fn = csrc_library.entry_point(tmp_path_factory.mktemp("wgmma"), "wgmma_gemm.cpp", "wgmma_gemm", args)
 
-    def run(a: torch.Tensor, b: torch.Tensor, swizzle: int, bug: int = 0, seed: int = 0):
+    def run(a: torch.Tensor, b: torch.Tensor, swizzle: int, bug: int = 0, seed: int = 0, kn: bool = False):
         m, k = a.shape
         n = b.shape[0]
+        stored = b.t().contiguous() if kn else b.contiguous()  # "kn": B as [K, N], read MN-major
         d = torch.full((m, n), float("nan"))                  # poisoned: every element must be written
         err = ctypes.create_string_buffer(8192)
         f16 = int(a.dtype == torch.float16)
-        rc = fn(a.data_ptr(), b.data_ptr(), d.data_ptr(), m, n, k, f16, swizzle, bug, seed, err, len(err))
+        rc = fn(a.data_ptr(), stored.data_ptr(), d.data_ptr(), m, n, k, f16, swizzle, int(kn), bug, seed, err,
+                len(err))
         assert rc in (0, 1), err.value.decode()
         return d, err.value.decode()
     return run
@@ -67,15 +73,17 @@ def _budget(a, b):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("kn", [False, True], ids=["nk", "kn-mn-major"])
 @pytest.mark.parametrize("swizzle", SWIZZLES, ids=[f"swizzle{s}" for s in SWIZZLES])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_gemm_equals_torch_matmul(gemm, shape, swizzle, dtype):
+def test_gemm_equals_torch_matmul(gemm, shape, swizzle, kn, dtype):
     m, n, k = shape
     for seed in SEEDS[:2]:
         a, b = _inputs(m, n, k, dtype, seed)
-        d, err = gemm(a, b, swizzle, seed=seed)
+        d, err = gemm(a, b, swizzle, seed=seed, kn=kn)
         assert not err, err
-        testing.assert_close(f"wgmma_gemm {m}x{n}x{k} swizzle {swizzle} seed {seed}", d,
+        label = f"wgmma_gemm {m}x{n}x{k} {'kn' if kn else 'nk'} swizzle {swizzle} seed {seed}"
+        testing.assert_close(label, d,
                              torch.matmul(a.double(), b.double().t()), _budget(a, b))
 
 
@@ -87,5 +95,5 @@ def test_negative_control_is_caught(gemm, bug):
 
     def run(seed):
         a, b = _inputs(m, n, k, torch.bfloat16, seed)
-        return (*gemm(a, b, 128, bug=bug, seed=seed), a, b)
+        return (*gemm(a, b, 128, bug=bug, seed=seed, kn=bug == 7), a, b)
     csrc_library.gemm_control_is_caught(f"wgmma_gemm control {bug}", SEEDS, run, _budget, CONTROLS[bug])
