@@ -8,6 +8,8 @@ Run: python tests/runtime_python/linear/test_linear_testmode.py   (or pytest thi
      the case's; testing.run_cases_as_script)
 """
 
+import functools
+
 import pytest
 import torch
 
@@ -78,12 +80,19 @@ def test_linear(dtype, case, tmp_path):
 HOPPER_CASES = [(24, 520, 96, (3, 2))]
 
 
+def run_hopper_case(dtype, case=HOPPER_CASES[0], output_dir=None, world=testing.ONE_RANK):
+    """One Hopper-path case, as pytest, the script and its multi-rank job run it (the script's after)."""
+    pk, name, out, expected, tol, inputs = run(dtype, *case, jitter=7, output_dir=output_dir, world=world,
+                                               target_cc=90)
+    assert pk.layers[0].params["path"] == "tma+wgmma", pk.layers[0].params
+    testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk)
+    return pk
+
+
 @pytest.mark.parametrize("dtype", DTYPES[:2], ids=lambda d: str(d)[6:])
 @pytest.mark.parametrize("case", HOPPER_CASES, ids=lambda c: f"{c[0]}x{c[1]}->{c[2]}-grid{c[3][0]}x{c[3][1]}")
 def test_linear_hopper_path(dtype, case, tmp_path):
-    pk, name, out, expected, tol, inputs = run(dtype, *case, jitter=7, output_dir=str(tmp_path), target_cc=90)
-    assert pk.layers[0].params["path"] == "tma+wgmma", pk.layers[0].params
-    testing.check_output(name, out, expected, tol, pk.layers[0].checks, inputs, pk=pk)
+    run_hopper_case(dtype, case, output_dir=str(tmp_path))
 
 
 def test_linear_hopper_path_names_a_tile_tma_cannot_read():
@@ -107,4 +116,5 @@ def test_linear_hopper_path_names_a_tile_tma_cannot_read():
 
 
 if __name__ == "__main__":
-    testing.run_cases_as_script("linear", run_case, DTYPES, CASES, _jitter)
+    testing.run_cases_as_script("linear", run_case, DTYPES, CASES, _jitter,
+                                after=[functools.partial(run_hopper_case, torch.bfloat16)])
