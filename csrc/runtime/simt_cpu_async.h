@@ -138,6 +138,11 @@ inline std::string copy_text(const AsyncCopy& c, int thread) {
             : c.group == kBulk ? " (completing on its mbarrier)"
                                : " (group " + std::to_string(c.group) + ")");
 }
+// What a read of bytes copy c still writes must wait for (the message's end).
+inline const char* wait_for(const AsyncCopy& c) {
+    return c.group == kBulk ? "its mbarrier has not been waited on (mbarrier.try_wait.parity)"
+                            : "its group has not been waited for (cp.async.wait_group)";
+}
 // The copy in flight (of any thread) that writes the 4-byte word at p; null if none.
 inline const AsyncCopy* copy_over(Sched& s, const void* p, int* thread) {
     const char* c = static_cast<const char*>(p);
@@ -210,6 +215,16 @@ inline Sched& issuing_block(const char* what) {
     return *sp;
 }
 
+// A copy's destination [d, d + n) must not be what a wgmma in flight still reads (simt_cpu_wgmma.h): who()
+// names the copy (built only for the message).
+template <class Who> inline void refill_checked(Sched& s, Async& a, Who who, const char* d, size_t n) {
+    if (!a.wgmma_reading) return;
+    const std::string r = a.wgmma_reading(s, d, n);
+    if (!r.empty())
+        fail(s, who() + ": the destination [" + ptr_text(d) + ", " + ptr_text(d + n) + ") is read by " + r +
+                    ", not yet retired: a stage may be refilled only after the wgmma.wait_group that covers its wgmma");
+}
+
 #if MPK_SIMT_DEFINE_SLOW_PATHS
 MPK_SIMT_SLOW void cp_async(const char* form, void* dst, const void* src, uint32_t cp_size, uint32_t src_size,
                      const char* file, int line) {
@@ -236,12 +251,7 @@ MPK_SIMT_SLOW void cp_async(const char* form, void* dst, const void* src, uint32
     if (const AsyncCopy* o = in_flight(s, d, cp_size, &other))
         fail(s, where() + ": the destination [" + ptr_text(d) + ", " + ptr_text(d + cp_size) +
                     ") overlaps bytes still in flight from " + copy_text(*o, other));
-    if (a.wgmma_reading) {
-        const std::string r = a.wgmma_reading(s, d, cp_size);
-        if (!r.empty())
-            fail(s, where() + ": the destination [" + ptr_text(d) + ", " + ptr_text(d + cp_size) + ") is read by " + r +
-                        ", not yet retired: a stage may be refilled only after the wgmma.wait_group that covers its wgmma");
-    }
+    refill_checked(s, a, where, d, cp_size);
     memset(dst, kInFlight, cp_size);
     set_flags(s, a, d, cp_size, 1);
     a.threads[size_t(t)].copies.push_back(AsyncCopy{const_cast<char*>(d), sr, cp_size, src_size, kOpen, file, line, form});

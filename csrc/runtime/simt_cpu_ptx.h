@@ -133,8 +133,7 @@ MPK_SIMT_SLOW void matrix_rows_checked(Sched& s, Fiber* lanes, Op op, bool store
         int thread = -1;
         if (const AsyncCopy* c = in_flight(s, p, 16, &thread))
             fail(s, where() + (store ? ", writes" : ", reads") + " bytes that " + copy_text(*c, thread) + " will still write: " +
-                        (c->group == kBulk ? "its mbarrier has not been waited on (mbarrier.try_wait.parity)"
-                                           : "its group has not been waited for (cp.async.wait_group)"));
+                        wait_for(*c));
         if (store && s.async && s.async->wgmma_reading) {
             const std::string r = s.async->wgmma_reading(s, p, 16);
             if (!r.empty()) fail(s, where() + ", writes bytes that " + r + " still reads (before its wgmma.wait_group)");

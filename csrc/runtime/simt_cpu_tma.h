@@ -212,13 +212,7 @@ MPK_SIMT_SLOW void tma_load(const char* form, uint32_t rank, void* dst, const Te
     live_mbar(s, mbars_of(s), bar, form, file, line);
     Tma& tm = tma_of(s);
     Async& a = *s.async;
-    if (a.wgmma_reading) {
-        const std::string r = a.wgmma_reading(s, d, bytes);
-        if (!r.empty())
-            fail(s, std::string(form) + " at " + site(file, line) + " by " + thread_name(s.cur) + ": the destination [" +
-                        ptr_text(d) + ", " + ptr_text(d + bytes) + ") is read by " + r +
-                        ", not yet retired: a stage may be refilled only after the wgmma.wait_group that covers its wgmma");
-    }
+    refill_checked(s, a, [&] { return std::string(form) + " at " + site(file, line) + " by " + thread_name(s.cur); }, d, bytes);
     tm.loads.push_back(BulkCopy{*map, {coord[0], coord[1], coord[2]}, reinterpret_cast<char*>(bar), form});
     memset(dst, kInFlight, bytes);
     set_flags(s, a, d, bytes, 1);

@@ -94,8 +94,7 @@ MPK_SIMT_SLOW void wg_operand(Sched& s, Tma& tm, const std::string& where, const
         int thread = -1;
         if (const AsyncCopy* c = in_flight(s, p, 16, &thread))
             fail(s, where + " reads bytes of " + role + " that " + copy_text(*c, thread) + " will still write: " +
-                        (c->group == kBulk ? "its mbarrier has not been waited on (mbarrier.try_wait.parity)"
-                                           : "its group has not been waited for (cp.async.wait_group)"));
+                        wait_for(*c));
         const size_t at16 = size_t(p - s.smem) / 16;  // (p is 16-byte aligned: the start and the offsets are)
         if (s.smem_fill == 0xFF && memcmp(p, kPoison, 16) == 0 && !tm.landed[at16])
             fail(s, where + " reads shared memory [" + std::to_string(p - s.smem) + ", " + std::to_string(p - s.smem + 16) +
