@@ -14,8 +14,9 @@ for mode in "${@:-plain small thread address}"; do
     case "$m" in
       plain)   flags=() ;;
       small)   flags=(-DMPK_QUEUE_CAPACITY_LIMIT=2) ;;
-      thread)  flags=(-g1 -fsanitize=thread) ;;
-      address) flags=(-g1 -fsanitize=address,undefined -fno-omit-frame-pointer) ;;
+      # checking builds, not timed ones (tests/csrc/run_simt_tests.sh says why): a later -O wins
+      thread)  flags=(-O1 -g1 -fsanitize=thread) ;;
+      address) flags=(-O0 -g1 -fsanitize=address,undefined -fno-omit-frame-pointer) ;;
       *) echo "unknown mode $m (plain|small|thread|address)" >&2; exit 2 ;;
     esac
     for t in "${tests[@]}"; do

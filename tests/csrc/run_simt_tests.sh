@@ -17,6 +17,12 @@ cd "$(dirname "$0")/../.."
 out="$(mktemp -d "${TMPDIR:-/tmp}/mpk_simt_tests.XXXXXX")"
 trap 'rm -rf "$out"' EXIT
 base=(g++ -std=c++17 -O2 -pthread -Wall -Wextra -Werror -Icsrc tests/csrc/test_simt.cpp)
+# The sanitizer builds check, they do not time: TSan at -O1 (as mirage/mpk/build.py's sanitize builds),
+# ASan+UBSan at -O0, where nothing is optimized away and g++ compiles 3-4x faster than at -O2 (UBSan's
+# checks made -O2 the slowest build of the suite's C++ tests: 21 s of g++ for test_wgmma.cpp, 6 at -O0).
+# A later -O wins, so these follow the -O2 of the commands they extend.
+tsan=(-O1 -g1 -fsanitize=thread)
+asan=(-O0 -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
 
 # expect NAME WANT_RC PATTERN|"" FORBIDDEN|"" -- CMD...: run, check the exit code and the output
 expect() {
@@ -37,8 +43,8 @@ for mode in "${@:-plain ucontext thread address refuse ptx aarch64}"; do
     case "$m" in
       plain)    flags=() ;;
       ucontext) flags=(-DMPK_SIMT_UCONTEXT=1) ;;
-      thread)   flags=(-g1 -fsanitize=thread) ;;
-      address)  flags=(-g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined) ;;
+      thread)   flags=("${tsan[@]}") ;;
+      address)  flags=("${asan[@]}") ;;
       aarch64)
         if ! command -v aarch64-linux-gnu-g++ >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
           echo "SKIP aarch64: needs aarch64-linux-gnu-g++ and qemu-aarch64 (Debian: g++-aarch64-linux-gnu qemu-user)"
@@ -53,12 +59,11 @@ for mode in "${@:-plain ucontext thread address refuse ptx aarch64}"; do
           ptx=(g++ -std=c++17 -O2 -pthread -Wall -Wextra -Werror -Icsrc "tests/csrc/$t.cpp")
           echo "== ptx: ${ptx[*]}"
           "${ptx[@]}" -o "$out/$t" && "$out/$t"
-          echo "== $t under ThreadSanitizer"
-          "${ptx[@]}" -g1 -fsanitize=thread -o "$out/${t}_tsan"
+          echo "== $t under ThreadSanitizer: ${tsan[*]}"
+          "${ptx[@]}" "${tsan[@]}" -o "$out/${t}_tsan"
           TSAN_OPTIONS="halt_on_error=1 exitcode=66" "$out/${t}_tsan"
-          echo "== $t under AddressSanitizer+UBSan"
-          "${ptx[@]}" -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
-            -o "$out/${t}_asan"
+          echo "== $t under AddressSanitizer+UBSan: ${asan[*]}"
+          "${ptx[@]}" "${asan[@]}" -o "$out/${t}_asan"
           ASAN_OPTIONS="detect_leaks=1" "$out/${t}_asan"
         done
         continue ;;
