@@ -240,8 +240,8 @@ MPK_EXPORT int mpk_run_task(void* handle, int32_t pos, uint64_t seed, void* cons
         v.num_tensors = k.cfg.num_tensors;
         v.peer_tensors = peers.empty() ? nullptr : peers.data();
         v.peer_signals = k.peer_signals.empty() ? nullptr : k.peer_signals.data();
-        v.wait = mpk::host::run_task_wait;
-        v.signal = mpk::host::run_task_signal;
+        v.wait_fn = mpk::host::run_task_wait;
+        v.signal_fn = mpk::host::run_task_signal;
         v.executor = k.tasks.data();  // (run_task_wait names the task by its position)
         mpk::TaskFailure failure{};   // this run's task_fail record (the executor's is per launch)
         v.failure = &failure;

@@ -693,8 +693,12 @@ MPK_DEVICE inline void fill_view(State& st, int32_t w, int32_t pos, int64_t iter
     v.num_tensors = st.cfg.num_tensors;
     v.peer_tensors = st.peer_tensors;
     v.peer_signals = st.peer_signals;
-    v.wait = wait_peer;
-    v.signal = signal_peer;
+#if defined(__CUDACC__)
+    v.executor_peers = true;  // (direct calls: runtime/task_view.h says why)
+#else
+    v.wait_fn = wait_peer;
+    v.signal_fn = signal_peer;
+#endif
     v.executor = &c;
     v.failure = &st.control->task_failure;
     v.block_threads = st.cfg.worker_threads;

@@ -20,6 +20,14 @@ struct TaskFailure {
     char message[kTaskFailureBytes];  // NUL-terminated, truncated
 };
 
+struct TaskView;
+#if defined(__CUDACC__)
+namespace exec {  // runtime/executor.cuh: what serves TaskView::wait / ::signal under nvcc
+MPK_DEVICE inline bool wait_peer(const TaskView& v, const int64_t* counter, int64_t needed, int32_t peer, int32_t what);
+MPK_DEVICE inline void signal_peer(const TaskView& v, int64_t* counter, int64_t value, int32_t peer);
+}  // namespace exec
+#endif
+
 struct TaskView {
     const MpkTask* task;
     void* ptrs[MPK_MAX_TILES];  // base(tile.tensor) + tile.offset, inputs then outputs
@@ -31,11 +39,19 @@ struct TaskView {
     int32_t rank = 0, world_size = 1, num_tensors = 0;
     void* const* peer_tensors = nullptr;     // [world_size * num_tensors] bases (NULL: not symmetric)
     int64_t* const* peer_signals = nullptr;  // [world_size]: each rank's signal counters
-    // From the executor. wait: until *counter >= needed, the worker shown as waiting on rank
-    // `peer` for `what` (MPK_PEER_*); false when the launch aborts (return at once).
-    // signal: *counter = value (release) on rank `peer`'s counters.
-    bool (*wait)(const TaskView&, const int64_t* counter, int64_t needed, int32_t peer, int32_t what) = nullptr;
-    void (*signal)(const TaskView&, int64_t* counter, int64_t value, int32_t peer) = nullptr;
+    // What serves wait() and signal() below (peers_served(): something does).
+#if defined(__CUDACC__)
+    // Under nvcc the executor's own functions, called directly. Never through a function pointer: a
+    // device function whose address is taken makes ptxas compile every function of the persistent
+    // kernel under the full calling convention, and the tasks spilled there (paged_attention's 508 B
+    // of spill stores on sm_90a, none with the direct calls; tests/unit/every_variant.py reads it).
+    bool executor_peers = false;
+#else
+    // The CPU backend: the executor's (runtime/executor.cuh) or mpk_run_task's (runtime/entry.h),
+    // through pointers, since its task code and its executor are separate objects (runtime_object.h).
+    bool (*wait_fn)(const TaskView&, const int64_t* counter, int64_t needed, int32_t peer, int32_t what) = nullptr;
+    void (*signal_fn)(const TaskView&, int64_t* counter, int64_t value, int32_t peer) = nullptr;
+#endif
     void* executor = nullptr;   // the executor's state for wait/signal
     TaskFailure* failure = nullptr;  // where task_fail records (null only in a view built by hand: a test)
 
@@ -64,6 +80,26 @@ struct TaskView {
     MPK_HOST_DEVICE const MpkTile& out_tile(int j) const { return task->tiles[task->num_inputs + j]; }
     // Slot i's tensor map, for TMA (M: mpk::ptx::TensorMap); null unless its layer asked for one (Access.tma).
     template <typename M> MPK_HOST_DEVICE const M* tma(int i) const { return static_cast<const M*>(tma_maps[i]); }
+    // Cross-rank waits (docs/runtime.md). wait: until *counter >= needed, the worker shown as waiting on
+    // rank `peer` for `what` (MPK_PEER_*); false when the launch aborts (return at once). signal:
+    // *counter = value (release) on rank `peer`'s counters. Only where peers_served().
+#if defined(__CUDACC__)
+    MPK_HOST_DEVICE bool peers_served() const { return executor_peers; }
+    MPK_DEVICE bool wait(const int64_t* counter, int64_t needed, int32_t peer, int32_t what) const {
+        return executor_peers && exec::wait_peer(*this, counter, needed, peer, what);
+    }
+    MPK_DEVICE void signal(int64_t* counter, int64_t value, int32_t peer) const {
+        if (executor_peers) exec::signal_peer(*this, counter, value, peer);
+    }
+#else
+    bool peers_served() const { return wait_fn && signal_fn; }
+    bool wait(const int64_t* counter, int64_t needed, int32_t peer, int32_t what) const {
+        return wait_fn && wait_fn(*this, counter, needed, peer, what);
+    }
+    void signal(int64_t* counter, int64_t value, int32_t peer) const {
+        if (signal_fn) signal_fn(*this, counter, value, peer);
+    }
+#endif
     MPK_HOST_DEVICE int64_t iparam(int k) const { return task->iparams[k]; }
     MPK_HOST_DEVICE double fparam(int k) const { return task->fparams[k]; }
     // Output j's tile in rank `peer`'s copy of its (symmetric) tensor; nullptr if not symmetric.

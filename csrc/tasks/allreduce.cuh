@@ -44,7 +44,7 @@ namespace mpk {
 template <typename T> MPK_DEVICE void allreduce_task(const TaskView& v) {
     const int32_t world = v.world_size, rank = v.rank;
     const int64_t slot = v.iparam(0), use = v.iparam(1), uses = v.iparam(2);
-    if (!v.peer_signals || !v.wait || !v.signal || uses < 1 || use < 0 || use >= uses)
+    if (!v.peer_signals || !v.peers_served() || uses < 1 || use < 0 || use >= uses)
         return task_fail(v, "allreduce: no signal counters, no wait/signal, or a bad slot use (iparams 1, 2)");
     for (int32_t p = 0; p < world; ++p)
         if (!v.peer_out<T>(1, p)) return task_fail(v, "allreduce: a rank's staging buffer is not mapped (peer_tensors)");
@@ -60,20 +60,20 @@ template <typename T> MPK_DEVICE void allreduce_task(const TaskView& v) {
         const int32_t p = (rank + j) % world;
         int64_t* sig = v.peer_signals[p] + slot * (world + 1);
         bool free = true;
-        if (tid == 0) free = v.wait(v, sig + world, n - 1, p, MPK_PEER_CONSUMED);
+        if (tid == 0) free = v.wait(sig + world, n - 1, p, MPK_PEER_CONSUMED);
         if (!__syncthreads_and(free)) return;  // thread 0's answer, to all: the block leaves together
         T* dst = v.peer_out<T>(1, p) + rank * slot_stride;
         for_each_chunk(xt.rows, xt.cols, [&](int64_t b, int64_t c) {
             dst[b * row_stride + c * col_stride] = x[b * xt.row_stride + c * xt.col_stride];
         });
         __syncthreads();  // the whole tile is in p's slot before the signal
-        if (tid == 0) v.signal(v, sig + rank, n, p);
+        if (tid == 0) v.signal(sig + rank, n, p);
     }
     // 2. every rank's tile has arrived here
     int64_t* mine = v.peer_signals[rank] + slot * (world + 1);
     bool arrived = true;
     if (tid == 0)
-        for (int32_t q = 0; q < world && arrived; ++q) arrived = v.wait(v, mine + q, n, q, MPK_PEER_DATA);
+        for (int32_t q = 0; q < world && arrived; ++q) arrived = v.wait(mine + q, n, q, MPK_PEER_DATA);
     if (!__syncthreads_and(arrived)) return;
     // 3. sum in rank order, fp32, one rounding
     const T* buf = v.out<const T>(1);
@@ -85,7 +85,7 @@ template <typename T> MPK_DEVICE void allreduce_task(const TaskView& v) {
         y[b * yt.row_stride + c * yt.col_stride] = from_float<T>(acc);
     });
     __syncthreads();  // every thread has read its slots before they are declared free
-    if (tid == 0) v.signal(v, mine + world, n, rank);
+    if (tid == 0) v.signal(mine + world, n, rank);
 }
 
 }  // namespace mpk

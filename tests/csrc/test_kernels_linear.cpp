@@ -448,8 +448,8 @@ template <class T> struct Ranks {
         v.num_tensors = num_tensors();
         v.peer_tensors = peer_tensors.data();
         v.peer_signals = peer_signals.data();
-        v.wait = test_wait;
-        v.signal = test_signal;
+        v.wait_fn = test_wait;
+        v.signal_fn = test_signal;
         v.executor = &ctx;
         return v;
     }

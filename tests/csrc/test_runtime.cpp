@@ -66,8 +66,8 @@ inline void model(const mpk::TaskView& v) {
 // then signals out0 = pass + 100.
 inline void peer(const mpk::TaskView& v) {
     int64_t* counter = v.out<int64_t>(0);
-    if (!v.wait(v, counter, v.iteration, 1, MPK_PEER_DATA)) return;
-    v.signal(v, counter, v.iteration + 100, 0);
+    if (!v.wait(counter, v.iteration, 1, MPK_PEER_DATA)) return;
+    v.signal(counter, v.iteration + 100, 0);
 }
 
 // SMEM (every thread): reads its word of the block's dynamic shared memory, then writes the
@@ -200,8 +200,8 @@ void pair(const mpk::TaskView& v) {
         sum(v);
         return;
     }
-    v.signal(v, reinterpret_cast<int64_t*>(&g_pair[v.rank][pos]), v.iteration, 1 - v.rank);
-    if (!v.wait(v, reinterpret_cast<const int64_t*>(&g_pair[1 - v.rank][pos]), v.iteration, 1 - v.rank, MPK_PEER_DATA))
+    v.signal(reinterpret_cast<int64_t*>(&g_pair[v.rank][pos]), v.iteration, 1 - v.rank);
+    if (!v.wait(reinterpret_cast<const int64_t*>(&g_pair[1 - v.rank][pos]), v.iteration, 1 - v.rank, MPK_PEER_DATA))
         return;
     sum(v);
 }
