@@ -43,8 +43,9 @@ struct TaskView {
 #if defined(__CUDACC__)
     // Under nvcc the executor's own functions, called directly. Never through a function pointer: a
     // device function whose address is taken makes ptxas compile every function of the persistent
-    // kernel under the full calling convention, and the tasks spilled there (paged_attention's 508 B
-    // of spill stores on sm_90a, none with the direct calls; tests/unit/every_variant.py reads it).
+    // kernel under the full calling convention, and the tasks spilled there (sm_90a, every variant:
+    // paged_attention 168 B of spill stores, the fp8 MoE linears 76 B; none with the direct calls:
+    // tests/unit/test_nvcc.py reads every function as the persistent kernel compiles it).
     bool executor_peers = false;
 #else
     // The CPU backend: the executor's (runtime/executor.cuh) or mpk_run_task's (runtime/entry.h),
