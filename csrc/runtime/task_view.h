@@ -20,8 +20,8 @@ struct TaskFailure {
     char message[kTaskFailureBytes];  // NUL-terminated, truncated
 };
 
-struct TaskView;
 #if defined(__CUDACC__)
+struct TaskView;
 namespace exec {  // runtime/executor.cuh: what serves TaskView::wait / ::signal under nvcc
 MPK_DEVICE inline bool wait_peer(const TaskView& v, const int64_t* counter, int64_t needed, int32_t peer, int32_t what);
 MPK_DEVICE inline void signal_peer(const TaskView& v, int64_t* counter, int64_t value, int32_t peer);

@@ -75,6 +75,10 @@ def demangle(names: list[str]) -> dict[str, str]:
     return dict(zip(names, out.stdout.splitlines()))
 
 
+def _badness(props: dict) -> tuple[int, int]:
+    return props["spill_stores"] + props["spill_loads"], props["stack"]
+
+
 def ptxas_report(text: str) -> dict[str, dict[str, int | str]]:
     """function (demangled) -> stack, spill_stores, spill_loads (every function), registers and smem
     (kernels), from one architecture's `-Xptxas -v`.
@@ -82,12 +86,11 @@ def ptxas_report(text: str) -> dict[str, dict[str, int | str]]:
     ptxas compiles a called function again for each kernel that calls it and prints its properties under
     that kernel's "Compiling entry function" line, and they differ: before runtime/task_view.h's direct
     calls, paged_attention's task spilled 168 B inside persistent_kernel and none inside its probe.
-    A function is reported as the worst of its compilations (largest stack, then spills), `kernel`
+    A function is reported as the worst of its compilations (most spilled bytes, then largest stack), `kernel`
     naming the entry it was compiled for there, so no order of the report can hide the product's
     kernel behind a probe."""
     out: dict[str, dict[str, int | str]] = {}
     kernel = current = None
-    seen: dict[str, int] = {}
     for line in text.splitlines():
         if (m := _ENTRY.search(line)):
             kernel = current = m.group(1)
@@ -96,10 +99,9 @@ def ptxas_report(text: str) -> dict[str, dict[str, int | str]]:
             current = m.group(1)
         elif current and (m := _PROPS.search(line)):
             props = dict(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
-            worst = (props["spill_stores"] + props["spill_loads"], props["stack"])
-            if current not in seen or worst > seen[current]:
-                seen[current] = worst
-                out.setdefault(current, {}).update(props, kernel=kernel or current)
+            old = out.setdefault(current, {})
+            if "stack" not in old or _badness(props) > _badness(old):
+                old.update(props, kernel=kernel or current)
         elif current and (m := _USED.search(line)):
             out.setdefault(current, {}).update(registers=int(m.group(1)), smem=int(m.group(2) or 0))
     names = demangle(list(out))
@@ -119,11 +121,15 @@ def nvcc_ptxas(src_path: str, arch: str, flags: list[str]) -> str:
     return proc.stdout + proc.stderr
 
 
-def per_arch(archs: list[str], build_one) -> dict[str, dict[str, dict[str, int]]]:
-    """arch -> ptxas_report(build_one(arch)), the architectures built at once (one process each)."""
+def per_arch_texts(archs: list[str], build_one) -> dict[str, str]:
+    """arch -> build_one(arch) (a ptxas report's text), the architectures built at once (one process each)."""
     with concurrent.futures.ThreadPoolExecutor(len(archs) or 1) as pool:
-        texts = dict(zip(archs, pool.map(build_one, archs)))
-    return {a: ptxas_report(t) for a, t in texts.items()}
+        return dict(zip(archs, pool.map(build_one, archs)))
+
+
+def per_arch(archs: list[str], build_one) -> dict[str, dict[str, dict[str, int]]]:
+    """arch -> ptxas_report(build_one(arch)), the architectures built at once."""
+    return {a: ptxas_report(t) for a, t in per_arch_texts(archs, build_one).items()}
 
 
 def _one_arch(src: str, arch: str) -> str:
@@ -148,8 +154,7 @@ def _one_arch(src: str, arch: str) -> str:
 def ptxas_texts(archs: list[str]) -> dict[str, str]:
     """arch -> ptxas's `-v` text of the every-variant module, built now or read from this run's cache."""
     src = source()
-    with concurrent.futures.ThreadPoolExecutor(len(archs) or 1) as pool:
-        return dict(zip(archs, pool.map(lambda arch: _one_arch(src, arch), archs)))
+    return per_arch_texts(archs, lambda arch: _one_arch(src, arch))
 
 
 def ptxas_reports(archs: list[str]) -> dict[str, dict[str, dict[str, int]]]:
@@ -157,10 +162,16 @@ def ptxas_reports(archs: list[str]) -> dict[str, dict[str, dict[str, int]]]:
     return {a: ptxas_report(t) for a, t in ptxas_texts(archs).items()}
 
 
-# ptxas's "wgmma.mma_async instructions are serialized due to wgmma pipeline crossing function boundary"
+# ptxas's "wgmma.mma_async instructions are serialized due to wgmma pipeline crossing function boundary at
+# a function call in the function '<mangled>'"
 SERIALIZED_WGMMA = "C7510"
+_SERIALIZED_IN = re.compile(r"in the function '(\w+)'")
 
 
 def serialized_wgmma(text: str) -> list[str]:
-    """ptxas's lines saying it serialized the wgmmas under a function call (tests/unit/test_nvcc.py)."""
-    return [line for line in text.splitlines() if SERIALIZED_WGMMA in line]
+    """The functions (demangled) in which ptxas serialized the wgmmas under a call: one per C7510 line of
+    the report, the whole line where it names none (a format this parser does not know)."""
+    found = [(m.group(1) if (m := _SERIALIZED_IN.search(line)) else line.strip())
+             for line in text.splitlines() if SERIALIZED_WGMMA in line]
+    names = demangle(found) if found else {}
+    return [names.get(f, f) for f in found]
