@@ -115,36 +115,18 @@ MPK_DEVICE void rows_chunk(int64_t b0, int64_t k_len, const T* w, const Tile2D& 
                     MPK_UNROLL
                     for (int i = 0; i < V; ++i) wf[i][c] = to_float(q.e[i]);
                 }
-                // Each sum's order is the same either way. x one row at a time: the chunk's ROWS x V x's
-                // at once held 64 more registers, and at 255 the MoE linears spilled inside the persistent
-                // kernel on sm_90a / sm_100a (tests/unit/test_nvcc.py). The CPU build of fp32 keeps the
-                // chunk's rows first, which g++ runs 1.8x faster there (each row's four sums in one SSE
-                // register: tests/csrc/test_kernels_linear.cpp's bench) and 16-bit no slower by row.
-#if defined(__CUDA_ARCH__)
-                constexpr bool by_row = true;
-#else
-                constexpr bool by_row = sizeof(T) == 2;
-#endif
-                if constexpr (by_row) {
-                    MPK_UNROLL
-                    for (int b = 0; b < ROWS; ++b) {
-                        float xf[V];
-                        xs.template load<V>(b0 + b, k, xf);
-                        MPK_UNROLL
-                        for (int i = 0; i < V; ++i)
-                            MPK_UNROLL
-                            for (int c = 0; c < COLS; ++c) acc[b][c] += xf[i] * wf[i][c];
-                    }
-                } else {
-                    float xf[ROWS][V];
-                    MPK_UNROLL
-                    for (int b = 0; b < ROWS; ++b) xs.template load<V>(b0 + b, k, xf[b]);
+                // x one row at a time: the chunk's ROWS x V x's at once held 64 more registers, and at 255
+                // the MoE linears spilled inside the persistent kernel on sm_90a / sm_100a
+                // (tests/unit/test_nvcc.py). Each sum's order is the one below either way. (g++ runs the
+                // rows-first form 1.8x faster for fp32 on the CPU; the CPU runs what the GPU runs.)
+                MPK_UNROLL
+                for (int b = 0; b < ROWS; ++b) {
+                    float xf[V];
+                    xs.template load<V>(b0 + b, k, xf);
                     MPK_UNROLL
                     for (int i = 0; i < V; ++i)
                         MPK_UNROLL
-                        for (int b = 0; b < ROWS; ++b)
-                            MPK_UNROLL
-                            for (int c = 0; c < COLS; ++c) acc[b][c] += xf[b][i] * wf[i][c];
+                        for (int c = 0; c < COLS; ++c) acc[b][c] += xf[i] * wf[i][c];
                 }
             }
         }
