@@ -25,6 +25,9 @@
 // lane o < chunk x COLS sums the 32 partials of output o (b = o / COLS, column c0 + o % COLS),
 // adds the residual, rounds once and stores; __syncwarp before the array is reused. So a column
 // group costs 2 warp barriers and no shuffles; warps never wait for one another (no block barrier).
+// Per lane, the four columns' partial sums of a batch row are one f32x4 (f32x4.cuh: four registers on a GPU,
+// one SSE vector on the CPU, the same per-element arithmetic) and W's four 16-byte loads become V such
+// vectors (columns_of); the lane prefetches its step after next (prefetch_hint: the CPU only).
 // Summation order of y[b][j]:
 //   p_l = lane l's partial: its k in increasing order (vector path: the V elements of each load
 //         in order, then its tail element if any), starting from 0;
@@ -43,6 +46,7 @@
 #pragma once
 #include <type_traits>
 #include "common.cuh"
+#include "f32x4.cuh"
 #include "mma_linear.cuh"
 #include "wgmma_linear.cuh"
 
@@ -52,6 +56,7 @@ namespace mpk {
 namespace linear_detail {
 
 constexpr int COLS = 4;                       // output columns (W rows) per warp per group
+static_assert(COLS == 4, "a lane's partial sums of one batch row are one f32x4 (f32x4.cuh)");
 constexpr int RED_STRIDE = 33;                // floats per output in the reduction array
 constexpr int RED_FLOATS = 32 * RED_STRIDE;   // per warp: up to 32 outputs x 32 lanes, padded
 // Shared memory per warp on either path (a fused kernel keeps its own data after warps x this).
@@ -68,9 +73,7 @@ template <typename T> struct PlainX {
     const T* x;
     Tile2D xt;
     template <int N> MPK_DEVICE MPK_INLINE void load(int64_t b, int64_t k, float* out) const {
-        const Pack<T, N> q = load_pack<T, N>(x + b * xt.row_stride + k);
-        MPK_UNROLL
-        for (int i = 0; i < N; ++i) out[i] = to_float(q.e[i]);
+        load_floats<T, N>(x + b * xt.row_stride + k, out);
     }
     MPK_DEVICE MPK_INLINE float at(int64_t b, int64_t k) const {
         return to_float(x[b * xt.row_stride + k * xt.col_stride]);
@@ -100,33 +103,25 @@ MPK_DEVICE void rows_chunk(int64_t b0, int64_t k_len, const T* w, const Tile2D& 
         const T* wr[COLS];
         MPK_UNROLL
         for (int c = 0; c < COLS; ++c) wr[c] = w + (c0 + c < n ? c0 + c : n - 1) * wt.row_stride;
-        float acc[ROWS][COLS];
+        f32x4 acc[ROWS];  // [batch row]: the four columns' partial sums
         MPK_UNROLL
-        for (int b = 0; b < ROWS; ++b)
-            MPK_UNROLL
-            for (int c = 0; c < COLS; ++c) acc[b][c] = 0.0f;
+        for (int b = 0; b < ROWS; ++b) acc[b] = make_f32x4(0.0f, 0.0f, 0.0f, 0.0f);
 
         if constexpr (VEC) {
             for (int64_t k = int64_t(lane) * V; k < k_vec; k += 32 * V) {
-                float wf[V][COLS];  // [element][column]: the column loop below is innermost
+                f32x4 wf[V];  // [element]: the four columns' W at k + element
                 MPK_UNROLL
-                for (int c = 0; c < COLS; ++c) {
-                    const Pack<T, V> q = load_pack<T, V>(wr[c] + k);
-                    MPK_UNROLL
-                    for (int i = 0; i < V; ++i) wf[i][c] = to_float(q.e[i]);
-                }
+                for (int c = 0; c < COLS; ++c) prefetch_hint(wr[c] + k + 2 * 32 * V);  // this lane's step after next
+                columns_of<T, V>(wr, k, wf);
                 // x one row at a time: the chunk's ROWS x V x's at once held 64 more registers, and at 255
                 // the MoE linears spilled inside the persistent kernel on sm_90a / sm_100a
-                // (tests/unit/test_nvcc.py). Each sum's order is the one below either way. (g++ runs the
-                // rows-first form 1.8x faster for fp32 on the CPU; the CPU runs what the GPU runs.)
+                // (tests/unit/test_nvcc.py). Each sum's order is the one below either way.
                 MPK_UNROLL
                 for (int b = 0; b < ROWS; ++b) {
                     float xf[V];
                     xs.template load<V>(b0 + b, k, xf);
                     MPK_UNROLL
-                    for (int i = 0; i < V; ++i)
-                        MPK_UNROLL
-                        for (int c = 0; c < COLS; ++c) acc[b][c] += xf[i] * wf[i][c];
+                    for (int i = 0; i < V; ++i) acc[b] += xf[i] * wf[i];
                 }
             }
         }
@@ -138,7 +133,7 @@ MPK_DEVICE void rows_chunk(int64_t b0, int64_t k_len, const T* w, const Tile2D& 
             MPK_UNROLL
             for (int b = 0; b < ROWS; ++b) {
                 const float xv = xs.at(b0 + b, k);
-                for (int c = 0; c < COLS; ++c) acc[b][c] += xv * wf[c];  // vectorized by g++ as above
+                for (int c = 0; c < COLS; ++c) acc[b][c] += xv * wf[c];
             }
         }
 
