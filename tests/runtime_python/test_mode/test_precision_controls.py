@@ -6,9 +6,9 @@ applies ONE exact string replacement to one kernel (found exactly as often as st
 fails: a rewritten kernel must update its control rather than make it vacuous) and builds against
 the copy through MPK_CSRC_DIR (the compile cache key hashes the headers, so nothing stale is reused):
 
-  (a) linear.cuh rounds its fp32 inputs to bf16 before the products; float32, K=4096 (the linear
-      test's production case): every element stays inside the worst-case bound, the rms ratio
-      (mirage.mpk.testing module doc) catches it.
+  (a) linear.cuh's GEMV rounds its fp32 x to bf16 before the products (the load in f32x4.cuh);
+      float32, K=4096 (the linear test's production case): every element stays inside the worst-case
+      bound, the rms ratio (mirage.mpk.testing module doc) catches it.
   (b) rmsnorm.cuh divides the sum of squares by hidden - 1; float32: the result moves by
       1/(2 hidden) relative. At hidden=4096 that is the worst-case rtol's reduction term itself
       (2048 u32 = 2^-13 of 2055 u32 = 1.225e-4): the bias sits on the bound, and with the
@@ -118,11 +118,12 @@ def test_exact_budgets_small_tensors_and_nan():
 
 def test_linear_rounding_fp32_inputs_to_bf16_is_caught_by_the_rms_ratio(tmp_path):
     assert LINEAR_CASE[1:] in LINEAR.CASES
-    # the 16-byte path's two loads (x and W): the K=4096 fp32 rows are contiguous and aligned
+    # the 16-byte path's load of x (f32x4.cuh load_floats: the K=4096 fp32 rows are contiguous and
+    # aligned); W's fp32 columns come through columns_of, SSE code on the CPU with no conversion to mutate
     c, message, report = run_control(
-        LINEAR, LINEAR_CASE, "linear.cuh", "to_float(q.e[i])",
-        "to_float(from_float<bf16_t>(to_float(q.e[i])))",
-        tmp_path, "linear fp32 K=4096 inputs rounded to bf16", count=2)
+        LINEAR, LINEAR_CASE, "f32x4.cuh", "out[i] = to_float(q.e[i]);",
+        "out[i] = to_float(from_float<bf16_t>(to_float(q.e[i])));",
+        tmp_path, "linear fp32 K=4096 x rounded to bf16")
     assert_caught_by_the_rms_ratio_alone(c, message, "linear_0")
     print(f"DIVERGENCE {report}")
     lines = report.splitlines()
