@@ -6,8 +6,12 @@
     in backticks, in docs/task_graph_json.md;
 (d) every row of that file's task-type table matches its layer module's TASK_TYPE, and the file
     states the extension range. A layer missing from the table is not an error: a new layer edits no
-    shared table (README "How to add a layer"); its module is the authority.
+    shared table (README "How to add a layer"); its module is the authority;
+(e) docs/architecture.md's environment-variable table lists exactly the MPK_* variables the code reads
+    (every such name a Python file spells as a string, every getenv of the C++, every $MPK_ of a shell
+    script), and the README's table only names from it.
 """
+import ast
 import json
 import os
 import re
@@ -160,3 +164,82 @@ def test_task_type_table_check_has_teeth():
         "row `gone` 7: no module mirage/mpk/layers/gone.py"]
     assert task_table_problems(doc.replace("| TERMINATE (task 0) | 0 |\n", ""), {"rmsnorm": 119}) == [
         "TERMINATE (0) is not in the table"]
+
+
+# ---- (e) the environment variables
+ENV_NAME = re.compile(r"MPK_[A-Z0-9_]+")
+ENV_DOC = os.path.join(DOCS, "architecture.md")
+
+
+def env_names_read(files: dict[str, str]) -> dict[str, str]:
+    """{MPK_* variable: the first file that reads it} over `files` ({path: text}): in Python every string
+    constant that is such a name (each one the library, scripts, tests and benchmarks spell is a variable:
+    os.environ, monkeypatch.setenv, a child's env), in C / C++ its getenv, in shell its $NAME / ${NAME}.
+    Compile-time macros (-DMPK_TEST_MODE) are neither: a flag string is not the bare name."""
+    found: dict[str, str] = {}
+    for path, text in sorted(files.items()):
+        if path.endswith(".py"):
+            constants = (n.value for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Constant))
+            names = [c for c in constants if isinstance(c, str) and ENV_NAME.fullmatch(c)]
+        elif path.endswith(".sh"):
+            names = re.findall(r"\$\{?(MPK_[A-Z0-9_]+)", text)
+        else:
+            names = re.findall(r"getenv\(\s*\"(MPK_[A-Z0-9_]+)\"", text)
+        for name in names:
+            found.setdefault(name, path)
+    return found
+
+
+def env_table(doc: str, heading: str) -> set[str]:
+    """The backticked MPK_* names in the first column of the table under `heading`."""
+    section = doc.split(heading, 1)[1].split("\n#", 1)[0]
+    cells = re.findall(r"^\|([^|]*)\|", section, re.M)
+    return {name for cell in cells for name in re.findall(r"`(MPK_[A-Z0-9_]+)`", cell)}
+
+
+def env_table_problems(read: dict[str, str], table: set[str], readme: set[str]) -> list[str]:
+    """What the tables get wrong: a variable read but not listed, a row nothing reads, a README row that
+    docs/architecture.md's table lacks."""
+    return ([f"{name} is read ({path}) but not in the table of docs/architecture.md"
+             for name, path in sorted(read.items()) if name not in table] +
+            [f"{name}: a row of docs/architecture.md's table, but nothing reads it"
+             for name in sorted(table - set(read))] +
+            [f"{name}: a row of README's table, not of docs/architecture.md's"
+             for name in sorted(readme - table)])
+
+
+def test_environment_table_lists_every_variable_the_code_reads():
+    this = os.path.relpath(os.path.abspath(__file__), ROOT)      # its control's names are not variables
+    files = {rel: "\n".join(text_lines(rel)) for rel in tracked_files()
+             if rel.split("/")[0] in ("mirage", "csrc", "scripts", "tests", "benchmarks", ".ci")
+             and rel.endswith((".py", ".sh", ".h", ".cuh", ".cpp", ".cu")) and rel != this}
+    read = env_names_read(files)
+    assert len(read) >= 20 and "MPK_CACHE_DIR" in read and "MPK_SIMT_SERIAL" in read, read
+    with open(ENV_DOC) as f:
+        table = env_table(f.read(), "## Environment variables")
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = env_table(f.read(), "## Environment knobs")
+    problems = env_table_problems(read, table, readme)
+    print(f"ENV {len(read)} variables read, {len(table)} in docs/architecture.md's table, {len(readme)} in "
+          f"the README's: {'PASS' if not problems else 'FAIL'}")
+    assert not problems, "\n".join(problems)
+
+
+def test_environment_table_check_has_teeth():
+    """Negative control: a variable read nowhere in the table, a row nobody reads and a README row the
+    table lacks are each named; a flag string, a getenv of another prefix and the table's own names pass."""
+    files = {"mirage/a.py": 'import os\nos.environ.get("MPK_NEW")\nflags = ["-DMPK_TEST_MODE"]\n',
+             "csrc/b.h": 'const char* s = getenv("MPK_SERIAL"); const char* h = getenv("HOME");\n',
+             "scripts/c.sh": 'echo "${MPK_OUT:-x}" $MPK_CC\n'}
+    read = env_names_read(files)
+    assert read == {"MPK_NEW": "mirage/a.py", "MPK_SERIAL": "csrc/b.h", "MPK_OUT": "scripts/c.sh",
+                    "MPK_CC": "scripts/c.sh"}, read
+    doc = ("## Environment variables\n\n| variable | meaning |\n|---|---|\n"
+           "| `MPK_SERIAL`, `MPK_OUT` | x `MPK_NOTE` |\n| `MPK_CC` | y |\n| `MPK_GONE` | z |\n\n"
+           "## Next\n| `MPK_NEW` | not this table |\n")
+    table = env_table(doc, "## Environment variables")
+    assert table == {"MPK_SERIAL", "MPK_OUT", "MPK_CC", "MPK_GONE"}, table
+    assert env_table_problems(read, table, {"MPK_CC", "MPK_OLD"}) == [
+        "MPK_NEW is read (mirage/a.py) but not in the table of docs/architecture.md",
+        "MPK_GONE: a row of docs/architecture.md's table, but nothing reads it",
+        "MPK_OLD: a row of README's table, not of docs/architecture.md's"]
