@@ -9,7 +9,9 @@
     shared table (README "How to add a layer"); its module is the authority;
 (e) docs/architecture.md's environment-variable table lists exactly the MPK_* variables the code reads
     (every such name a Python file spells as a string, every getenv of the C++, every $MPK_ of a shell
-    script), and the README's table only names from it.
+    script), and the README's table only names from it;
+(f) its import table is the import graph of mirage/mpk (module level and inside functions), which has
+    no cycle.
 """
 import ast
 import json
@@ -243,3 +245,126 @@ def test_environment_table_check_has_teeth():
         "MPK_NEW is read (mirage/a.py) but not in the table of docs/architecture.md",
         "MPK_GONE: a row of docs/architecture.md's table, but nothing reads it",
         "MPK_OLD: a row of README's table, not of docs/architecture.md's"]
+
+
+# ---- (f) the import graph
+PACKAGE = os.path.join(ROOT, "mirage", "mpk")
+SUBPACKAGES = ("layers", "testing", "models")     # one node each
+
+
+def node_of(module: str) -> str:
+    """The import table's row of a module of mirage.mpk (dotted, relative to it): a subpackage is one."""
+    head = module.split(".")[0]
+    return head if head in SUBPACKAGES else module
+
+
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """{row: the rows it imports} from {module (dotted, relative to mirage.mpk; a package's __init__ is the
+    package): its source}, every import statement counted wherever it is (a function's too)."""
+    graph: dict[str, set[str]] = {node_of(m): set() for m in sources}
+    for module, text in sources.items():
+        package = module if module in SUBPACKAGES or module == "__init__" else module.rpartition(".")[0]
+        package = "" if package == "__init__" else package
+        for n in ast.walk(ast.parse(text)):
+            if isinstance(n, ast.ImportFrom) and (n.level or (n.module or "").startswith("mirage.mpk")):
+                if n.level:
+                    base = package.split(".") if package else []
+                    base = base[:len(base) - (n.level - 1)] + (n.module.split(".") if n.module else [])
+                    base = ".".join(base)
+                else:
+                    base = n.module[len("mirage.mpk"):].lstrip(".")
+                # each name: a module of its own (from . import graph), else one of `base`'s names
+                named = [f"{base}.{a.name}".lstrip(".") for a in n.names]
+                found = [name if name in sources else base for name in named]
+            elif isinstance(n, ast.Import):
+                found = [a.name[len("mirage.mpk."):] for a in n.names if a.name.startswith("mirage.mpk.")]
+            else:
+                continue
+            graph[node_of(module)] |= {node_of(t) for t in found
+                                       if t in sources and node_of(t) != node_of(module)}
+    return graph
+
+
+def import_table(doc: str) -> dict[str, set[str]]:
+    """docs/architecture.md's `| `module` | `a`, `b` |` rows (a '-' for none)."""
+    rows = re.findall(r"^\|\s*`(\w+)`\s*\|\s*([^|]*?)\s*\|\s*$", doc.split("## Dependency direction", 1)[1]
+                      .split("\n## ", 1)[0], re.M)
+    return {m: set(re.findall(r"`(\w+)`", deps)) for m, deps in rows}
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of `graph` (its rows in order, the first repeated at the end), or []."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state and (found := visit(dep)):
+                return found
+        state[node] = 2
+        path.pop()
+        return []
+    return next((c for node in sorted(graph) if node not in state and (c := visit(node))), [])
+
+
+def import_problems(graph: dict[str, set[str]], table: dict[str, set[str]]) -> list[str]:
+    """What the table gets wrong about `graph` (a row unlike the code's imports, a row for no module), and a
+    cycle of the graph."""
+    problems = [f"{m}: the table says {sorted(table.get(m, ())) or '-'}, "
+                f"the code imports {sorted(deps) or '-'}"
+                for m, deps in sorted(graph.items()) if table.get(m) != deps]
+    problems += [f"{m}: a row of the table, but no such module" for m in sorted(set(table) - set(graph))]
+    if (found := cycle(graph)):
+        problems.append("an import cycle: " + " -> ".join(found))
+    return problems
+
+
+def package_sources() -> dict[str, str]:
+    sources = {}
+    for root, _, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith(".py") and "csrc" not in os.path.relpath(root, PACKAGE).split(os.sep):
+                rel = os.path.relpath(os.path.join(root, name), PACKAGE)[:-3].replace(os.sep, ".")
+                module = rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
+                with open(os.path.join(root, name)) as f:
+                    sources[module] = f.read()
+    return sources
+
+
+def test_import_table_is_the_import_graph():
+    graph = import_graph(package_sources())
+    with open(ENV_DOC) as f:
+        table = import_table(f.read())
+    problems = import_problems(graph, table)
+    print(f"IMPORTS {len(graph)} modules of mirage.mpk, {sum(map(len, graph.values()))} imports, "
+          f"{len(table)} rows in docs/architecture.md: {'PASS' if not problems else 'FAIL'}")
+    assert len(graph) >= 25 and graph["build"] == {"errors"}, graph
+    assert not problems, "\n".join(problems)
+
+
+def test_import_table_check_has_teeth():
+    """Negative control: an import the table lacks, a row for a module that is gone and a cycle are named;
+    relative, absolute and in-function imports all count, imports inside a subpackage do not."""
+    sources = {"build": "from .errors import MPKError\n", "errors": "",
+               "graph": "def f():\n    from mirage.mpk import build\n",
+               "testing": "from . import cases\n",
+               "testing.cases": "from ..graph import f\nfrom . import keep\n",
+               "testing.keep": "import mirage.mpk.errors\n"}
+    graph = import_graph(sources)
+    assert graph == {"build": {"errors"}, "errors": set(), "graph": {"build"},
+                     "testing": {"graph", "errors"}}, graph
+    table = {"build": {"errors"}, "errors": set(), "graph": set(), "testing": {"graph", "errors"},
+             "gone": set()}
+    assert import_problems(graph, table) == ["graph: the table says -, the code imports ['build']",
+                                             "gone: a row of the table, but no such module"]
+    graph["errors"] = {"graph"}
+    assert cycle(graph) == ["build", "errors", "graph", "build"]
+    assert import_problems(graph, {**table, "graph": {"build"}, "errors": {"graph"}})[-1] == \
+        "an import cycle: build -> errors -> graph -> build"
+    doc = ("## Dependency direction\n\n| module | imports |\n|---|---|\n| `build` | `errors` |\n"
+           "| `errors` | - |\n\n## Data model\n| `x` | `y` |\n")
+    assert import_table(doc) == {"build": {"errors"}, "errors": set()}

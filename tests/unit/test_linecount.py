@@ -35,6 +35,15 @@ def test_mirage_mpk_within_line_budget():
     assert "layer modules (mirage/mpk/layers/<stem>.py)" in proc.stdout, proc.stdout
 
 
+def test_architecture_doc_states_the_limits_in_force():
+    """docs/architecture.md's "Line budget" names both limits with the values the counter enforces (it said
+    5215 while BUDGET was 5250)."""
+    with open(os.path.join(ROOT, "docs", "architecture.md")) as f:
+        doc = f.read().split("## Line budget", 1)[1]
+    for name, value in (("BUDGET", linecount.BUDGET), ("LAYER_LIMIT", linecount.LAYER_LIMIT)):
+        assert f"`{name}` ({value})" in doc, f"docs/architecture.md, Line budget: `{name}` ({value}) expected"
+
+
 @pytest.fixture
 def package_copy(tmp_path):
     dst = tmp_path / "mpk"
