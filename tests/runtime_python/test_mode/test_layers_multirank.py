@@ -95,17 +95,30 @@ def sections(out: str) -> dict[str, tuple[str, float | None]]:
             for layer, ls in lines.items()}
 
 
+def layers_selected(items, ranks: int) -> list[str]:
+    """The layer files the selected tests of this file need in the `ranks`-rank job: every one when the
+    test of the whole job is selected, else those of the selected per-layer tests (`-k gelu_tanh_mul`
+    runs that layer's jobs only, not the other layers')."""
+    mine = [i for i in items if i.nodeid.split("::")[0].endswith(os.path.basename(__file__))
+            and getattr(i, "callspec", None) and i.callspec.params.get("ranks") == ranks]
+    if any(i.originalname == "test_the_job_over_every_layer_file_exits_cleanly" for i in mine):
+        return LAYERS
+    wanted = {i.callspec.params["layer"] for i in mine if "layer" in i.callspec.params}
+    return [layer for layer in LAYERS if layer in wanted]
+
+
 @pytest.fixture(scope="module")
-def combined(tmp_path_factory):
-    """ranks -> (exit code, output, output dir) of the one job running every layer file, started when a
-    test first asks for it."""
+def combined(tmp_path_factory, request):
+    """ranks -> (exit code, output, output dir) of the one job running the layer files the selected tests
+    need (every one in a whole run: layers_selected), started when a test first asks for it."""
     jobs = {}
 
     def job(ranks: int):
         if ranks not in jobs:
+            files = layers_selected(request.session.items, ranks)
             out_dir = tmp_path_factory.mktemp(f"n{ranks}")
-            code, out = testing.mpirun(DRIVER, ranks, timeout=TIMEOUT_S * len(LAYERS) / 4,
-                                       args=(out_dir, *map(layer_file, LAYERS)),
+            code, out = testing.mpirun(DRIVER, ranks, timeout=TIMEOUT_S * max(len(files), 4) / 4,
+                                       args=(out_dir, *map(layer_file, files)),
                                        env={"MPK_LOG_LEVEL": "WARNING"})
             jobs[ranks] = code, out, out_dir
         return jobs[ranks]
