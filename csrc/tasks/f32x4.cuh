@@ -76,21 +76,24 @@ template <> inline void columns_of<float, 4>(const float* const (&row)[4], int64
     out[0] = f32x4(a), out[1] = f32x4(b), out[2] = f32x4(c), out[3] = f32x4(d);
 }
 
-// bf16 is fp32's top half: interleaving zeros below each 16-bit element widens it exactly.
-template <> inline void load_floats<bf16_t, 8>(const bf16_t* p, float* out) {
+// bf16 is fp32's top half: interleaving zeros below each 16-bit element widens it exactly. lo gets
+// elements 0-3 of the pack, hi 4-7.
+inline void widen_bf16(const bf16_t* p, __m128& lo, __m128& hi) {
     const __m128i q = _mm_load_si128(reinterpret_cast<const __m128i*>(p));
-    _mm_storeu_ps(out, _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), q)));
-    _mm_storeu_ps(out + 4, _mm_castsi128_ps(_mm_unpackhi_epi16(_mm_setzero_si128(), q)));
+    lo = _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), q));
+    hi = _mm_castsi128_ps(_mm_unpackhi_epi16(_mm_setzero_si128(), q));
 }
 
-// bf16 is fp32's top half: interleaving zeros below each 16-bit element widens it exactly.
+template <> inline void load_floats<bf16_t, 8>(const bf16_t* p, float* out) {
+    __m128 lo, hi;
+    widen_bf16(p, lo, hi);
+    _mm_storeu_ps(out, lo);
+    _mm_storeu_ps(out + 4, hi);
+}
+
 template <> inline void columns_of<bf16_t, 8>(const bf16_t* const (&row)[4], int64_t k, f32x4 (&out)[8]) {
     __m128 lo[4], hi[4];
-    for (int c = 0; c < 4; ++c) {
-        const __m128i q = _mm_load_si128(reinterpret_cast<const __m128i*>(row[c] + k));
-        lo[c] = _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), q));
-        hi[c] = _mm_castsi128_ps(_mm_unpackhi_epi16(_mm_setzero_si128(), q));
-    }
+    for (int c = 0; c < 4; ++c) widen_bf16(row[c] + k, lo[c], hi[c]);
     transpose4(lo[0], lo[1], lo[2], lo[3]);
     transpose4(hi[0], hi[1], hi[2], hi[3]);
     for (int i = 0; i < 4; ++i) out[i] = f32x4(lo[i]), out[4 + i] = f32x4(hi[i]);

@@ -170,7 +170,7 @@ def test_task_type_table_check_has_teeth():
 
 # ---- (e) the environment variables
 ENV_NAME = re.compile(r"MPK_[A-Z0-9_]+")
-ENV_DOC = os.path.join(DOCS, "architecture.md")
+ARCH_DOC = os.path.join(DOCS, "architecture.md")
 
 
 def env_names_read(files: dict[str, str]) -> dict[str, str]:
@@ -217,7 +217,7 @@ def test_environment_table_lists_every_variable_the_code_reads():
              and rel.endswith((".py", ".sh", ".h", ".cuh", ".cpp", ".cu")) and rel != this}
     read = env_names_read(files)
     assert len(read) >= 20 and "MPK_CACHE_DIR" in read and "MPK_SIMT_SERIAL" in read, read
-    with open(ENV_DOC) as f:
+    with open(ARCH_DOC) as f:
         table = env_table(f.read(), "## Environment variables")
     with open(os.path.join(ROOT, "README.md")) as f:
         readme = env_table(f.read(), "## Environment knobs")
@@ -337,7 +337,7 @@ def package_sources() -> dict[str, str]:
 
 def test_import_table_is_the_import_graph():
     graph = import_graph(package_sources())
-    with open(ENV_DOC) as f:
+    with open(ARCH_DOC) as f:
         table = import_table(f.read())
     problems = import_problems(graph, table)
     print(f"IMPORTS {len(graph)} modules of mirage.mpk, {sum(map(len, graph.values()))} imports, "
